@@ -1,0 +1,72 @@
+"""Which implementation runs a call: the Triton kernels or the compiled CPU loop.
+
+``RLSCAN_BACKEND`` (read at import) and :func:`set_backend` choose between
+
+* ``"auto"``: Triton for CUDA tensors, the CPU loop for CPU tensors and numpy arrays;
+* ``"triton"``: always the Triton kernels; CPU tensors need ``TRITON_INTERPRET=1``,
+  which runs the real kernels through Triton's interpreter (how CI tests them);
+* ``"cpu"``: always the CPU loop; CUDA tensors are refused rather than copied.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+BACKENDS = ("auto", "triton", "cpu")
+
+
+def _checked(name: str, origin: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"{origin} must be one of {BACKENDS}, got {name!r}")
+    return name
+
+
+_backend = _checked(os.environ.get("RLSCAN_BACKEND", "auto").strip().lower() or "auto", "RLSCAN_BACKEND")
+
+
+def get_backend() -> str:
+    """The backend in force: ``"auto"``, ``"triton"`` or ``"cpu"``."""
+    return _backend
+
+
+def set_backend(name: str) -> str:
+    """Select the backend for later calls and return the previous one."""
+    global _backend
+    previous, _backend = _backend, _checked(name, "backend")
+    return previous
+
+
+@contextlib.contextmanager
+def use_backend(name: str):
+    """Run the body of a ``with`` block under another backend."""
+    previous = set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(previous)
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run through the CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def path_for(device_type: str) -> str:
+    """``"triton"`` or ``"cpu"``: the path that runs tensors living on ``device_type``."""
+    if _backend == "auto":
+        return "triton" if device_type == "cuda" else "cpu"
+    if _backend == "cpu":
+        if device_type != "cpu":
+            raise ValueError(
+                f"the 'cpu' backend runs CPU tensors and numpy arrays only, got {device_type} tensors; "
+                "move them to the CPU or select the 'auto' or 'triton' backend"
+            )
+        return "cpu"
+    if device_type == "cpu" and not interpreting():
+        raise ValueError(
+            "the 'triton' backend runs CPU tensors only through Triton's interpreter: "
+            "set TRITON_INTERPRET=1 before importing triton, or select the 'auto' or 'cpu' backend"
+        )
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"the 'triton' backend runs CUDA tensors, got {device_type} tensors")
+    return "triton"

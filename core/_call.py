@@ -1,0 +1,260 @@
+"""One op call: its checked arguments, and the path that computes it.
+
+An op's public function names its arguments to a :class:`Call`, which checks each one
+(type, dtype, shape, device) as it arrives, then hands the tensors to :meth:`Call.run`.
+``run`` picks the path:
+
+* any input that needs a gradient: the op's differentiable form, written with torch
+  operations around :func:`rlscan.linear_scan` (whose backward is one more scan);
+* inside ``torch.compile``: the op's registered custom op, opaque to the tracer;
+* otherwise: the fused Triton kernel or the compiled CPU loop, by backend.
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from . import _backend
+from ._inputs import (
+    check_device,
+    check_flag,
+    check_float,
+    check_shape,
+    check_unit_interval,
+    normalise_time_dim,
+    plan_layout,
+    to_tensor,
+)
+
+
+class Coef(NamedTuple):
+    """A per-step coefficient (``gamma``, ``lmbda``): a float, or a tensor broadcast to the inputs."""
+
+    value: float  # used when tensor is None
+    tensor: Optional[torch.Tensor]
+
+
+class OpSpec(NamedTuple):
+    """What :meth:`Call.run` needs to know about an op.
+
+    ``inputs`` names the tensors in the order the kernel and the CPU loop take them,
+    with their kind: ``"series"`` (the full shape), ``"batch"`` (one value per
+    environment), ``"flag"`` or ``"coef"`` (broadcast to the full shape).
+    """
+
+    name: str
+    inputs: tuple  # ((name, kind), ...)
+    n_out: int
+    kernel: Callable  # () -> (COEFFS, EMIT, REVERSE); imports Triton lazily
+    cpu: Callable  # (layout, arrays, scalars, outs) -> None
+    differentiable: Callable  # (call, *tensors, *scalars) -> tuple of outputs
+    time_contiguous_of: int = 0  # which input decides the tile orientation
+    init_of: Optional[int] = None  # which input, if any, is the carry into the first step
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+class Call:
+    """The checked arguments of one op call."""
+
+    def __init__(self, anchor_name: str, anchor, time_dim, out_dtype=None):
+        x, self.numpy_io = to_tensor(anchor_name, anchor)
+        check_float(anchor_name, x)
+        self.anchor_name = anchor_name
+        self.anchor = x
+        self.shape = x.shape
+        self.device = x.device
+        self.time_dim = normalise_time_dim(time_dim, x.ndim, anchor_name)
+        self.batch_shape = self.shape[: self.time_dim] + self.shape[self.time_dim + 1 :]
+        self.batch_ids: set = set()
+        self.dtypes = [x.dtype]
+        if out_dtype is not None and out_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise TypeError(f"out_dtype must be a floating torch dtype or None, got {out_dtype!r}")
+        self.out_dtype = out_dtype
+
+    # -- arguments ---------------------------------------------------------------------
+
+    def _tensor(self, name: str, x) -> torch.Tensor:
+        x, _ = to_tensor(name, x)
+        check_device(name, x, self.device, self.anchor_name)
+        return x
+
+    def series(self, name: str, x) -> Optional[torch.Tensor]:
+        """A floating tensor of the anchor's shape, or None."""
+        if x is None:
+            return None
+        x = self._tensor(name, x)
+        check_float(name, x)
+        check_shape(name, x, self.shape, self.anchor_name)
+        self.dtypes.append(x.dtype)
+        return x
+
+    def batch(self, name: str, x) -> Optional[torch.Tensor]:
+        """A floating tensor with one value per environment (the shape without ``time_dim``)."""
+        if x is None:
+            return None
+        x = self._tensor(name, x)
+        check_float(name, x)
+        if x.shape != self.batch_shape:
+            raise ValueError(
+                f"{name} must have the batch shape of {self.anchor_name} (its shape without time_dim="
+                f"{self.time_dim}), {tuple(self.batch_shape)}, got {tuple(x.shape)}"
+            )
+        self.dtypes.append(x.dtype)
+        self.batch_ids.add(id(x))
+        return x
+
+    def flags(self, name: str, x) -> Optional[torch.Tensor]:
+        """Episode flags (bool, uint8 or float 0/1) of the anchor's shape, or None."""
+        if x is None:
+            return None
+        x = self._tensor(name, x)
+        check_flag(name, x)
+        check_shape(name, x, self.shape, self.anchor_name)
+        return x
+
+    def coef(self, name: str, value) -> Coef:
+        """``gamma`` or ``lmbda``: a float in [0, 1], or a tensor that broadcasts to the inputs."""
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            value = float(value)
+            check_unit_interval(name, value)
+            return Coef(value, None)
+        if not isinstance(value, (torch.Tensor, np.ndarray)):
+            raise TypeError(f"{name} must be a float or a tensor, got {type(value).__name__}")
+        x = self._tensor(name, value)
+        check_float(name, x)
+        try:
+            x = x.expand(self.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"{name} of shape {tuple(x.shape)} does not broadcast to {self.anchor_name}'s shape {tuple(self.shape)}"
+            ) from None
+        if x.device.type == "cpu" and not _compiling() and x.numel() and not bool(((x >= 0) & (x <= 1)).all()):
+            raise ValueError(f"{name} must lie in [0, 1] (and not be NaN) at every step")
+        return Coef(0.0, x)
+
+    # -- results -----------------------------------------------------------------------
+
+    @property
+    def result_dtype(self) -> torch.dtype:
+        if self.out_dtype is not None:
+            return self.out_dtype
+        return functools.reduce(torch.promote_types, self.dtypes)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return torch.float64 if torch.float64 in self.dtypes else torch.float32
+
+    def new_outputs(self, n: int) -> tuple:
+        dtype = self.result_dtype
+        return tuple(torch.empty_like(self.anchor, dtype=dtype) for _ in range(n))
+
+    def finish(self, outs):
+        if self.numpy_io:
+            return tuple(o.numpy() for o in outs)
+        return tuple(outs)
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, op: OpSpec, tensors: tuple, scalars: tuple = (), *, exact: bool = False) -> tuple:
+        """Compute ``op`` on the checked ``tensors`` (in ``op.inputs`` order) and ``scalars``."""
+        if not isinstance(exact, bool):
+            raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
+        if any(n == 0 for n in self.shape):
+            return self.finish(self.new_outputs(op.n_out))
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+            return self.finish(op.differentiable(self, *tensors, *scalars))
+        outs = self.new_outputs(op.n_out)
+        self.compute(op, tensors, scalars, outs, exact)
+        return self.finish(outs)
+
+    def compute(self, op: OpSpec, tensors: tuple, scalars: tuple, outs: tuple, exact: bool) -> None:
+        """Fill the preallocated ``outs``."""
+        path = _backend.path_for(self.device.type)
+        full = [t for t in tensors + tuple(outs) if t is not None and id(t) not in self.batch_ids]
+        batch = [t for t in tensors if t is not None and id(t) in self.batch_ids]
+        layout = plan_layout(self.shape, self.time_dim, full, batch)
+        if layout is None:
+            return self._split(op, tensors, scalars, outs, exact)
+        if path == "triton":
+            self._triton(op, layout, tensors, scalars, outs, exact)
+        else:
+            from ._cpu import run_cpu
+
+            run_cpu(op, layout, tensors, self.batch_ids, scalars, outs, self.compute_dtype)
+
+    def _triton(self, op: OpSpec, layout, tensors, scalars, outs, exact) -> None:
+        from ._triton.launch import launch
+
+        strides = tuple(
+            layout.batch_strides(t) if t is not None and id(t) in self.batch_ids else layout.strides(t)
+            for t in tensors
+        )
+        lead = tensors[op.time_contiguous_of]
+        time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1
+        init = None if op.init_of is None else tensors[op.init_of]
+        launch(
+            op.kernel(), layout, tuple(tensors), strides, tuple(outs), layout.strides(outs[0]), scalars,
+            compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact,
+            init=init, init_strides=layout.batch_strides(init),
+        )
+
+    def _split(self, op, tensors, scalars, outs, exact) -> None:
+        """More than two strided batch groups: run each slice of the first batch dimension."""
+        d = next(d for d in range(len(self.shape)) if d != self.time_dim and self.shape[d] != 1)
+        db = d if d < self.time_dim else d - 1
+        for i in range(self.shape[d]):
+            sub = Call.__new__(Call)
+            sub.__dict__.update(self.__dict__)
+            sub.shape = self.shape[:d] + self.shape[d + 1 :]
+            sub.time_dim = self.time_dim - (d < self.time_dim)
+            sub.batch_shape = self.batch_shape[:db] + self.batch_shape[db + 1 :]
+            picked = []
+            ids = set()
+            for t in tensors:
+                if t is None:
+                    picked.append(None)
+                elif id(t) in self.batch_ids:
+                    picked.append(t.select(db, i))
+                    ids.add(id(picked[-1]))
+                else:
+                    picked.append(t.select(d, i))
+            sub.batch_ids = ids
+            sub.anchor = self.anchor.select(d, i)
+            sub.compute(op, tuple(picked), scalars, tuple(o.select(d, i) for o in outs), exact)
+
+
+def value_after_rule(name: str, next_values, bootstrap, truncated, *, required: bool, value_name="values") -> None:
+    """The checks that make ``V'_t`` well defined (docs/semantics.md, "The value after step t")."""
+    if next_values is not None and bootstrap is not None:
+        raise ValueError(
+            f"{name}: pass either next_{value_name} or bootstrap_value, not both "
+            f"(next_{value_name}[T-1] already is the value after the window)"
+        )
+    if truncated is not None and next_values is None:
+        raise ValueError(
+            f"{name}: truncated needs next_{value_name}: a truncated step bootstraps from the value of the "
+            f"final observation, which only next_{value_name}[t] can hold ({value_name}[t+1] is the next "
+            "episode's first state)"
+        )
+    if required and next_values is None and bootstrap is None:
+        raise ValueError(
+            f"{name} needs the value after the last step: pass bootstrap_value (one value per environment) "
+            f"or next_{value_name}"
+        )
+
+
+def movetime(x: Optional[torch.Tensor], time_dim: int) -> Optional[torch.Tensor]:
+    """A view with time first (for the differentiable forms)."""
+    return None if x is None else x.movedim(time_dim, 0)
+
+
+def unit_float(x: Optional[torch.Tensor], like: torch.Tensor) -> Optional[torch.Tensor]:
+    """Flags as 0/1 in ``like``'s dtype (for the differentiable forms)."""
+    return None if x is None else (x != 0).to(like.dtype)

@@ -1,0 +1,83 @@
+"""The CPU path: each op's loop over time, compiled by numba, vectorised over environments.
+
+The loops run one step at a time in the order of the reference loop's code, in the
+compute dtype (float32, or float64 for float64 inputs), so they are exact: bit for bit
+the plain float32 loops that Stable-Baselines3 and CleanRL run.
+
+Each loop sees ``[T, Bh, Bl]`` numpy views of its inputs (see ``_inputs``), made
+without copies. Absent inputs arrive as zero-stride arrays; float16 and bfloat16
+inputs (which numba cannot read) are converted to float32 first.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+try:
+    from numba import njit as _njit
+
+    def njit(fn):
+        return _njit(cache=True, nogil=True)(fn)
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - numba is a dependency; this keeps exotic platforms working
+    HAVE_NUMBA = False
+
+    def njit(fn):
+        return fn
+
+
+_NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _view3(t: torch.Tensor, layout, batch: bool, compute_dtype: torch.dtype) -> np.ndarray:
+    Bh = layout.B // layout.B_lo
+    s = layout.batch_strides(t) if batch else layout.strides(t)
+    shape = (1 if batch else layout.T, Bh, layout.B_lo)
+    v = t.detach().as_strided(shape, tuple(s), t.storage_offset())
+    if v.dtype == torch.bool:
+        return v.numpy().view(np.uint8)
+    if v.dtype in (torch.float16, torch.bfloat16):
+        # numba reads neither; flags become 0/1 bytes, series the compute dtype.
+        v = v.to(compute_dtype)
+    elif v.is_floating_point() and v.dtype != compute_dtype and v.dtype != torch.uint8:
+        v = v.to(compute_dtype)
+    return v.numpy()
+
+
+def run_cpu(op, layout, tensors, batch_ids, scalars, outs, compute_dtype) -> None:
+    """Run ``op.cpu`` on ``[T, Bh, Bl]`` views and write into ``outs``."""
+    if not HAVE_NUMBA:
+        warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=3)
+    arrays = [
+        None if t is None else _view3(t, layout, id(t) in batch_ids, compute_dtype) for t in tensors
+    ]
+    work = [o if o is None or o.dtype == compute_dtype else torch.empty_like(o, dtype=compute_dtype) for o in outs]
+    views = [None if w is None else _view3(w, layout, False, compute_dtype) for w in work]
+    op.cpu(layout, arrays, scalars, views, _NUMPY_DTYPE[compute_dtype])
+    for o, w in zip(outs, work):
+        if o is not w:
+            o.copy_(w)
+
+
+# ----------------------------------------------------------------------------- stand-ins
+
+
+def constant(layout, value, dtype) -> np.ndarray:
+    """A ``[T, Bh, Bl]`` array that holds ``value`` everywhere, in no memory."""
+    return np.broadcast_to(np.asarray(value, dtype=dtype), (layout.T, layout.B // layout.B_lo, layout.B_lo))
+
+
+def no_flags(layout) -> np.ndarray:
+    return constant(layout, 0, np.uint8)
+
+
+def coef(layout, array, value, dtype) -> np.ndarray:
+    """A per-step coefficient: the tensor's view, or the scalar everywhere."""
+    return constant(layout, value, dtype) if array is None else array
+
+
+def series_or_zeros(layout, array, dtype) -> np.ndarray:
+    return constant(layout, 0, dtype) if array is None else array

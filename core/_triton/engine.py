@@ -1,0 +1,213 @@
+"""The scan engine shared by every op: one Triton kernel, specialised per op.
+
+An op plugs in two ``@triton.jit`` functions:
+
+* ``COEFFS(ins, strides, params, tile, T, ACC) -> (alpha, beta, keep)`` loads its raw
+  inputs for a ``[BLOCK_T, BLOCK_B]`` tile and builds the recurrence's coefficients in
+  registers; ``keep`` is a tuple of tiles the emit step needs again.
+* ``EMIT(outs, strides, params, A, carry, keep, tile, T)`` writes the outputs from the
+  scanned state ``A`` (``carry`` is the state just past the tile, for ops that read
+  ``A_{t+1}``).
+
+The kernel solves ``A_t = alpha_t + beta_t * A_{t-1}`` (forward) or
+``A_t = alpha_t + beta_t * A_{t+1}`` (``REVERSE``) for each of ``BLOCK_B`` environments:
+it walks the time axis tile by tile, scans each tile with ``tl.associative_scan``
+and carries the state in registers, so registers stay fixed whatever ``T`` is.
+
+Long sequences with few environments are split into ``n_chunks`` chunks of time run by
+separate programs, in two launches: ``PHASE=1`` reduces each chunk to its composed pair
+``(a, b)``; ``PHASE=2`` folds the pairs of the chunks that precede it in scan order into
+its carry, then scans and emits. ``PHASE=0`` is the single-launch case.
+
+A ``tile`` is the tuple ``(t, b_hi, b_lo, mask, batch_mask)``; element ``(t, b)`` of a
+tensor with strides ``s`` is at ``t*s[0] + b_hi*s[1] + b_lo*s[2]`` (see ``_inputs``).
+Scalars arrive as float64 values split into three float32 parts (``split``), because
+Triton passes Python floats as float32.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def compose(a_first, b_first, a_then, b_then):
+    """Apply ``x -> a_first + b_first*x``, then ``x -> a_then + b_then*x``."""
+    return a_then + b_then * a_first, b_then * b_first
+
+
+@triton.jit
+def scalar(parts, ACC: tl.constexpr):
+    """A float64 scalar passed as three float32 parts, in the compute dtype."""
+    hi, mid, lo = parts
+    if ACC == tl.float64:
+        return tl.cast(hi, tl.float64) + tl.cast(mid, tl.float64) + tl.cast(lo, tl.float64)
+    else:
+        return tl.cast(hi, ACC)
+
+
+@triton.jit
+def offsets(s, t, tile):
+    return t * s[0] + tile[1] * s[1] + tile[2] * s[2]
+
+
+@triton.jit
+def load(P, s, tile, ACC: tl.constexpr):
+    """The tile of a ``[T, B]`` series, in the compute dtype (0 outside the mask)."""
+    return tl.load(P + offsets(s, tile[0], tile), mask=tile[3], other=0).to(ACC)
+
+
+@triton.jit
+def load_shifted(P, s, tile, shift: tl.constexpr, T, ACC: tl.constexpr):
+    """The series at ``t + shift``, 0 where that falls outside ``[0, T)``."""
+    t = tile[0] + shift
+    return tl.load(P + offsets(s, t, tile), mask=tile[3] & (t >= 0) & (t < T), other=0).to(ACC)
+
+
+@triton.jit
+def load_batch(P, s, tile, ACC: tl.constexpr):
+    """A per-environment value (a ``[*B]`` tensor) as a ``[1, BLOCK_B]`` row."""
+    return tl.load(P + tile[1] * s[1] + tile[2] * s[2], mask=tile[4], other=0).to(ACC)
+
+
+@triton.jit
+def load_flag(P, s, tile, shift: tl.constexpr, T):
+    """Where a flag is set (non-zero) at ``t + shift``; all False when ``P`` is None."""
+    if P is None:
+        return tl.zeros(tile[3].shape, tl.int1)
+    else:
+        t = tile[0] + shift
+        return tl.load(P + offsets(s, t, tile), mask=tile[3] & (t >= 0) & (t < T), other=0) != 0
+
+
+@triton.jit
+def load_coef(P, s, tile, parts, shift: tl.constexpr, T, ACC: tl.constexpr):
+    """A per-step coefficient (gamma, lambda) at ``t + shift``: the tensor when given, else the scalar."""
+    if P is None:
+        return scalar(parts, ACC)
+    else:
+        t = tile[0] + shift
+        return tl.load(P + offsets(s, t, tile), mask=tile[3] & (t >= 0) & (t < T), other=0).to(ACC)
+
+
+@triton.jit
+def value_after(V, sV, NV, sNV, BOOT, sBOOT, tile, T, ACC: tl.constexpr):
+    """``V'_t``: ``next_values[t]`` if given, else ``V[t+1]``, with the bootstrap at ``t = T-1``."""
+    if NV is not None:
+        return load(NV, sNV, tile, ACC)
+    else:
+        t = tile[0]
+        if V is not None:
+            nxt = load_shifted(V, sV, tile, 1, T, ACC)
+        else:
+            nxt = tl.zeros(tile[3].shape, ACC)
+        if BOOT is not None:
+            nxt = tl.where(t == T - 1, load_batch(BOOT, sBOOT, tile, ACC), nxt)
+        return nxt
+
+
+@triton.jit
+def row(x, i, BLOCK_T: tl.constexpr):
+    """Row ``i`` of a ``[BLOCK_T, BLOCK_B]`` tile, as a ``[1, BLOCK_B]`` row."""
+    rows = tl.arange(0, BLOCK_T)[:, None]
+    return tl.sum(tl.where(rows == i, x, 0), axis=0, keep_dims=True)
+
+
+@triton.jit
+def shift_next(A, carry, BLOCK_T: tl.constexpr):
+    """``A_{t+1}`` for each row of a reverse-scanned tile; the last row reads ``carry``."""
+    rows = tl.arange(0, BLOCK_T)[:, None]
+    if BLOCK_T == 1:
+        return A * 0 + carry
+    else:
+        idx = tl.minimum(rows + 1, BLOCK_T - 1) + tl.zeros(A.shape, tl.int32)
+        return tl.where(rows == BLOCK_T - 1, carry, tl.gather(A, idx, 0))
+
+
+@triton.jit
+def _edge(x, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The state handed to the next tile: the first row in reverse, the last row forward."""
+    if REVERSE:
+        return row(x, 0, BLOCK_T)
+    else:
+        return row(x, BLOCK_T - 1, BLOCK_T)
+
+
+@triton.jit
+def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Fold the pairs of the chunks before ``chunk`` (in scan order) into ``carry``."""
+    c = tl.arange(0, BLOCK_C)[:, None]
+    if REVERSE:
+        before = c > chunk
+    else:
+        before = c < chunk
+    m = before & (c < n_chunks) & mb
+    a = tl.load(AGG + c * B + b, mask=m, other=0)
+    k = tl.load(AGG + (n_chunks + c) * B + b, mask=m, other=1)
+    sa, sk = tl.associative_scan((a, k), 0, compose, reverse=REVERSE)
+    return _edge(sa, REVERSE, BLOCK_C) + _edge(sk, REVERSE, BLOCK_C) * carry
+
+
+@triton.jit
+def scan_kernel(
+    ins, in_strides, outs, out_strides, params,
+    INIT, init_strides, AGG,
+    T, B, B_lo, chunk_len, n_chunks,
+    COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
+    TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr,
+):
+    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
+    chunk = tl.program_id(1)
+    if WIDE:
+        b = b.to(tl.int64)
+    if TWO_LEVEL:
+        b_hi = b // B_lo
+        b_lo = b % B_lo
+    else:
+        b_hi = b * 0
+        b_lo = b
+    mb = b < B
+
+    if INIT is not None and PHASE != 1:
+        carry = tl.load(INIT + b_hi * init_strides[1] + b_lo * init_strides[2], mask=mb, other=0).to(ACC)
+    else:
+        carry = tl.zeros([1, BLOCK_B], ACC)
+    if PHASE == 2:
+        carry = _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE, BLOCK_C)
+    carry_b = tl.full([1, BLOCK_B], 1, ACC)
+
+    t_lo = chunk * chunk_len
+    t_hi = tl.minimum(t_lo + chunk_len, T)
+    n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
+    for i in range(n_tiles):
+        if REVERSE:
+            k = n_tiles - 1 - i
+        else:
+            k = i
+        t = t_lo + k * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+        if WIDE:
+            t = t.to(tl.int64)
+        m = (t < t_hi) & mb
+        tile = (t, b_hi, b_lo, m, mb)
+        alpha, beta, keep = COEFFS(ins, in_strides, params, tile, T, ACC)
+        alpha = tl.where(m, alpha, 0)
+        beta = tl.where(m, beta, 1)
+        if BLOCK_T == 1:
+            a = alpha
+            k_ = beta
+        else:
+            a, k_ = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
+        A = a + k_ * carry
+        if PHASE == 1:
+            carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
+        else:
+            EMIT(outs, out_strides, params, A, carry, keep, tile, T)
+        carry = _edge(A, REVERSE, BLOCK_T)
+
+    if PHASE == 1:
+        tl.store(AGG + chunk * B + b, carry, mask=mb)
+        tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+
+
+@triton.jit
+def store(P, s, tile, x):
+    tl.store(P + offsets(s, tile[0], tile), x, mask=tile[3])

@@ -1,0 +1,3 @@
+from .op import discounted_returns
+
+__all__ = ["discounted_returns"]

@@ -1,0 +1,26 @@
+"""The discounted return's coefficients for the scan engine (docs/semantics.md, "Discounted returns")."""
+import triton
+import triton.language as tl
+
+from ..._triton.engine import load, load_coef, load_flag, store, value_after
+
+
+@triton.jit
+def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+    """``α_t = r_t + γ_t ν_t (1 − κ_t) V'_t``, ``β_t = γ_t κ_t``."""
+    R, NV, BOOT, TERM, TRUNC, GAMMA = ins
+    r = load(R, s[0], tile, ACC)
+    v_next = value_after(None, s[1], NV, s[1], BOOT, s[2], tile, T, ACC)
+    term = load_flag(TERM, s[3], tile, 0, T)
+    done = term | load_flag(TRUNC, s[4], tile, 0, T)
+    nu = (~term).to(ACC)
+    kappa = ((~done) & (tile[0] < T - 1)).to(ACC)
+    gamma = load_coef(GAMMA, s[5], tile, params[0], 0, T, ACC)
+    alpha = r + gamma * nu * (1 - kappa) * v_next
+    return alpha, gamma * kappa, (r,)
+
+
+@triton.jit
+def emit(outs, s, params, A, carry, keep, tile, T):
+    (OUT,) = outs
+    store(OUT, s, tile, A)

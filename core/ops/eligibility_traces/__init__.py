@@ -1,0 +1,3 @@
+from .op import eligibility_traces
+
+__all__ = ["eligibility_traces"]

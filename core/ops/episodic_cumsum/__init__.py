@@ -1,0 +1,3 @@
+from .op import episodic_cumsum
+
+__all__ = ["episodic_cumsum"]

@@ -1,0 +1,3 @@
+from .op import GAEOutput, gae
+
+__all__ = ["gae", "GAEOutput"]

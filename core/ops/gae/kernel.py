@@ -1,0 +1,34 @@
+"""GAE's coefficients and outputs for the scan engine (docs/semantics.md, "GAE")."""
+import triton
+import triton.language as tl
+
+from ..._triton.engine import load, load_coef, load_flag, scalar, store, value_after
+
+
+@triton.jit
+def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+    """``δ_t = r_t + γ_t ν_t V'_t − V_t``; ``α_t = δ_t``, ``β_t = γ_t λ_t κ_t``."""
+    R, V, NV, BOOT, TERM, TRUNC, GAMMA, LMBDA = ins
+    r = load(R, s[0], tile, ACC)
+    v = load(V, s[1], tile, ACC)
+    v_next = value_after(V, s[1], NV, s[2], BOOT, s[3], tile, T, ACC)
+    term = load_flag(TERM, s[4], tile, 0, T)
+    done = term | load_flag(TRUNC, s[5], tile, 0, T)
+    nu = (~term).to(ACC)
+    kappa = ((~done) & (tile[0] < T - 1)).to(ACC)
+    gamma = load_coef(GAMMA, s[6], tile, params[0], 0, T, ACC)
+    if GAMMA is None and LMBDA is None:
+        gamma_lmbda = scalar(params[2], ACC)  # γλ rounded once from float64, as Python computes it
+    else:
+        gamma_lmbda = gamma * load_coef(LMBDA, s[7], tile, params[1], 0, T, ACC)
+    delta = r + gamma * v_next * nu - v
+    return delta, gamma_lmbda * kappa, (v,)
+
+
+@triton.jit
+def emit(outs, s, params, A, carry, keep, tile, T):
+    """``advantages = Â``, ``returns = Â + V``."""
+    ADV, RET = outs
+    (v,) = keep
+    store(ADV, s, tile, A)
+    store(RET, s, tile, A + v)

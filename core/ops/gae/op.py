@@ -1,0 +1,104 @@
+"""``rlscan.gae``: generalised advantage estimation."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..._call import Call, OpSpec, value_after_rule
+from .. import _forms
+from ..linear_scan import linear_scan
+
+
+class GAEOutput(NamedTuple):
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+def _kernel():
+    from . import kernel
+
+    return kernel.coeffs, kernel.emit, True
+
+
+def _cpu(*args):
+    from . import cpu
+
+    cpu.run(*args)
+
+
+def _differentiable(call, r, v, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, gamma_lmbda):
+    td = call.time_dim
+    r, v, nv, term, trunc = (_forms.time_first(x, td) for x in (r, v, nv, term, trunc))
+    g = gamma if g_t is None else g_t.movedim(td, 0)
+    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    nu, kappa = _forms.masks(term, trunc, r)
+    delta = r + g * _forms.value_after(v, nv, boot, r) * nu - v
+    adv = linear_scan(delta, g * lam * kappa, reverse=True)
+    return adv.movedim(0, td), (adv + v).movedim(0, td)
+
+
+OP = OpSpec(
+    name="gae",
+    inputs=(("rewards", "series"), ("values", "series"), ("next_values", "series"), ("bootstrap_value", "batch"),
+            ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=2,
+    kernel=_kernel,
+    cpu=_cpu,
+    differentiable=_differentiable,
+)
+
+
+def gae(
+    rewards,
+    values,
+    *,
+    bootstrap_value=None,
+    next_values=None,
+    terminated=None,
+    truncated=None,
+    gamma=0.99,
+    lmbda=0.95,
+    time_dim=0,
+    exact=False,
+    out_dtype=None,
+) -> GAEOutput:
+    """Generalised advantage estimation (Schulman et al. 2016)::
+
+        δ_t = r_t + γ_t ν_t V'_t − V_t
+        Â_t = δ_t + γ_t λ_t κ_t Â_{t+1}          (Â_T = 0)
+        R_t = Â_t + V_t
+
+    ``V'_t`` is the value after step ``t``: ``next_values[t]`` when given, else
+    ``values[t+1]``, and ``bootstrap_value`` after the last step. ``ν_t = 0`` where
+    ``terminated`` (no bootstrap); ``κ_t = 0`` where terminated or truncated and at the
+    last step (the trace is cut). See docs/semantics.md.
+
+    Args:
+        rewards, values: floating tensors (or numpy arrays), time along ``time_dim``.
+        bootstrap_value: the value after the window, one per environment
+            (the shape without ``time_dim``).
+        next_values: the value of the state after each step, instead of
+            ``bootstrap_value``; required with ``truncated``, where it must hold the
+            final observation's value.
+        terminated, truncated: episode-end flags (bool, uint8 or 0/1 floats).
+        gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
+        time_dim: the time axis.
+        exact: evaluate one step at a time in the loop's order (bit for bit the
+            float32 loops of Stable-Baselines3 and CleanRL). The CPU path always is.
+        out_dtype: the result dtype (default: the inputs' promoted dtype).
+
+    Returns:
+        ``GAEOutput(advantages, returns)``, each of ``rewards``' shape.
+    """
+    call = Call("rewards", rewards, time_dim, out_dtype)
+    values = call.series("values", values)
+    next_values = call.series("next_values", next_values)
+    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
+    terminated = call.flags("terminated", terminated)
+    truncated = call.flags("truncated", truncated)
+    value_after_rule("gae", next_values, bootstrap_value, truncated, required=True)
+    g = call.coef("gamma", gamma)
+    lam = call.coef("lmbda", lmbda)
+    tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
+    return GAEOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact))

@@ -1,0 +1,31 @@
+"""Float64 reference for GAE (docs/semantics.md, "GAE")."""
+from collections import namedtuple
+
+import numpy as np
+
+from ..._reference import as_f64, flags, from_time_first, time_first, value_after
+
+GAEOutput = namedtuple("GAEOutput", "advantages returns")
+
+
+def gae(rewards, values, *, bootstrap_value=None, next_values=None, terminated=None, truncated=None,
+        gamma=0.99, lmbda=0.95, time_dim=0):
+    shape = as_f64(rewards).shape
+    r = time_first(rewards, time_dim)
+    v = time_first(values, time_dim)
+    v_next = value_after(v, time_first(next_values, time_dim), bootstrap_value)
+    term = flags(terminated, time_dim, shape)
+    done = term | flags(truncated, time_dim, shape)
+    g = time_first(gamma, time_dim, shape)
+    lam = time_first(lmbda, time_dim, shape)
+    T = r.shape[0]
+
+    adv = np.empty_like(r)
+    next_adv = np.zeros(r.shape[1:])
+    for t in reversed(range(T)):
+        nu = 1.0 - term[t]
+        kappa = 0.0 if t == T - 1 else 1.0 - done[t]
+        delta = r[t] + g[t] * nu * v_next[t] - v[t]
+        next_adv = delta + g[t] * lam[t] * kappa * next_adv
+        adv[t] = next_adv
+    return GAEOutput(from_time_first(adv, time_dim), from_time_first(adv + v, time_dim))

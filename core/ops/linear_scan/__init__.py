@@ -1,0 +1,3 @@
+from .op import linear_scan
+
+__all__ = ["linear_scan"]

@@ -1,0 +1,3 @@
+from .op import RetraceOutput, retrace
+
+__all__ = ["retrace", "RetraceOutput"]

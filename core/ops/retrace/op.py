@@ -1,0 +1,117 @@
+"""``rlscan.retrace``: Retrace(λ) Q-value targets for discrete actions."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..._call import Call, OpSpec, value_after_rule
+from ..._inputs import check_clip
+from .. import _forms
+from ..linear_scan import linear_scan
+
+
+class RetraceOutput(NamedTuple):
+    q_targets: torch.Tensor
+    advantages: torch.Tensor
+
+
+def _kernel():
+    from . import kernel
+
+    return kernel.coeffs, kernel.emit, True
+
+
+def _cpu(*args):
+    from . import cpu
+
+    cpu.run(*args)
+
+
+def retrace_form(call, r, q, e, rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip):
+    """The differentiable form, from time-first ``q_t``, ``E_t`` and ``ρ_t`` (shared with
+    :func:`rlscan.retrace_from_q`)."""
+    td = call.time_dim
+    g = gamma if g_t is None else g_t.movedim(td, 0)
+    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    nu, kappa = _forms.masks(term, trunc, r)
+    c_ahead = _forms.shift_ahead(rho.clamp(max=c_clip), 0.0)
+    trace = g * lam * kappa * c_ahead
+    alpha = r + g * nu * _forms.value_after(e, ne, boot, r) - trace * _forms.shift_ahead(q, 0.0)
+    q_ret = linear_scan(alpha, trace, reverse=True)
+    return q_ret.movedim(0, td), (q_ret - e).movedim(0, td)
+
+
+def _differentiable(call, r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, gamma_lmbda, c_clip):
+    r, q, e, log_rho, ne, term, trunc = (_forms.time_first(x, call.time_dim) for x in (r, q, e, log_rho, ne, term, trunc))
+    return retrace_form(call, r, q, e, log_rho.exp(), ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip)
+
+
+OP = OpSpec(
+    name="retrace",
+    inputs=(("rewards", "series"), ("q_taken", "series"), ("expected_q", "series"), ("log_rhos", "series"),
+            ("next_expected_q", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
+            ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=2,
+    kernel=_kernel,
+    cpu=_cpu,
+    differentiable=_differentiable,
+)
+
+
+def retrace(
+    rewards,
+    q_taken,
+    expected_q,
+    log_rhos,
+    *,
+    bootstrap_value=None,
+    next_expected_q=None,
+    terminated=None,
+    truncated=None,
+    gamma=0.99,
+    lmbda=1.0,
+    c_clip=1.0,
+    time_dim=0,
+    exact=False,
+    out_dtype=None,
+) -> RetraceOutput:
+    """Retrace(λ) targets (Munos et al. 2016), written recursively::
+
+        c_t = min(c̄, exp(log_rhos[t]))
+        Qʳᵉᵗ_t = r_t + γ_t ν_t E'_t + γ_t λ_t κ_t c_{t+1} (Qʳᵉᵗ_{t+1} − q_{t+1})
+        advantage_t = Qʳᵉᵗ_t − E_t
+
+    Args:
+        rewards: ``r_t``.
+        q_taken: ``q_t = Q(s_t, a_t)``, the action-value of the action taken.
+        expected_q: ``E_t = E_{a∼π} Q(s_t, a)``, the state's value under the target policy.
+        log_rhos: ``log π(a_t|s_t) − log μ(a_t|s_t)``.
+        bootstrap_value: ``E_π Q(s_T, ·)``, after the window, one per environment.
+        next_expected_q: ``E_π Q(s_{t+1}, ·)`` for every step, instead of
+            ``bootstrap_value``; required with ``truncated``, where it must be the
+            expectation at the final observation.
+        c_clip: ``c̄`` (1 in the paper).
+
+    The trace coefficient linking ``t`` and ``t+1`` uses the ratio of the action at
+    ``t+1``; at episode ends and at the window's edge nothing of the next step leaks
+    in. The remaining arguments are those of :func:`rlscan.gae`; see docs/semantics.md.
+
+    Returns:
+        ``RetraceOutput(q_targets, advantages)``, each of ``rewards``' shape.
+    """
+    call = Call("rewards", rewards, time_dim, out_dtype)
+    q_taken = call.series("q_taken", q_taken)
+    expected_q = call.series("expected_q", expected_q)
+    log_rhos = call.series("log_rhos", log_rhos)
+    next_expected_q = call.series("next_expected_q", next_expected_q)
+    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
+    terminated = call.flags("terminated", terminated)
+    truncated = call.flags("truncated", truncated)
+    value_after_rule("retrace", next_expected_q, bootstrap_value, truncated, required=True, value_name="expected_q")
+    g = call.coef("gamma", gamma)
+    lam = call.coef("lmbda", lmbda)
+    c_clip = check_clip("c_clip", c_clip)
+    tensors = (call.anchor, q_taken, expected_q, log_rhos, next_expected_q, bootstrap_value, terminated, truncated,
+               g.tensor, lam.tensor)
+    return RetraceOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact))

@@ -1,0 +1,32 @@
+"""Float64 reference for Retrace(λ) (docs/semantics.md, "Retrace(λ)")."""
+from collections import namedtuple
+
+import numpy as np
+
+from ..._reference import as_f64, flags, from_time_first, time_first, value_after
+
+RetraceOutput = namedtuple("RetraceOutput", "q_targets advantages")
+
+
+def retrace(rewards, q_taken, expected_q, log_rhos, *, bootstrap_value=None, next_expected_q=None,
+            terminated=None, truncated=None, gamma=0.99, lmbda=1.0, c_clip=1.0, time_dim=0):
+    shape = as_f64(rewards).shape
+    r = time_first(rewards, time_dim)
+    q = time_first(q_taken, time_dim)
+    e = time_first(expected_q, time_dim)
+    c = np.minimum(np.exp(time_first(log_rhos, time_dim)), c_clip)
+    e_next = value_after(e, time_first(next_expected_q, time_dim), bootstrap_value)
+    term = flags(terminated, time_dim, shape)
+    done = term | flags(truncated, time_dim, shape)
+    g = time_first(gamma, time_dim, shape)
+    lam = time_first(lmbda, time_dim, shape)
+    T = r.shape[0]
+
+    q_ret = np.empty_like(r)
+    for t in reversed(range(T)):
+        nu = 1.0 - term[t]
+        q_ret[t] = r[t] + g[t] * nu * e_next[t]
+        if t < T - 1:
+            kappa = 1.0 - done[t]
+            q_ret[t] += g[t] * lam[t] * kappa * c[t + 1] * (q_ret[t + 1] - q[t + 1])
+    return RetraceOutput(from_time_first(q_ret, time_dim), from_time_first(q_ret - e, time_dim))

@@ -1,0 +1,3 @@
+from .op import td_lambda
+
+__all__ = ["td_lambda"]

@@ -1,0 +1,75 @@
+"""``rlscan.td_lambda``: λ-returns."""
+from __future__ import annotations
+
+from ..._call import Call, OpSpec, value_after_rule
+from .. import _forms
+from ..linear_scan import linear_scan
+
+
+def _kernel():
+    from . import kernel
+
+    return kernel.coeffs, kernel.emit, True
+
+
+def _cpu(*args):
+    from . import cpu
+
+    cpu.run(*args)
+
+
+def _differentiable(call, r, v, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, gamma_lmbda):
+    td = call.time_dim
+    r, v, nv, term, trunc = (_forms.time_first(x, td) for x in (r, v, nv, term, trunc))
+    g = gamma if g_t is None else g_t.movedim(td, 0)
+    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    nu, kappa = _forms.masks(term, trunc, r)
+    alpha = r + g * nu * (1 - lam * kappa) * _forms.value_after(v, nv, boot, r)
+    return (linear_scan(alpha, g * lam * kappa, reverse=True).movedim(0, td),)
+
+
+OP = OpSpec(
+    name="td_lambda",
+    inputs=(("rewards", "series"), ("values", "series"), ("next_values", "series"), ("bootstrap_value", "batch"),
+            ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=1,
+    kernel=_kernel,
+    cpu=_cpu,
+    differentiable=_differentiable,
+)
+
+
+def td_lambda(
+    rewards,
+    values,
+    *,
+    bootstrap_value=None,
+    next_values=None,
+    terminated=None,
+    truncated=None,
+    gamma=0.99,
+    lmbda=0.95,
+    time_dim=0,
+    exact=False,
+    out_dtype=None,
+):
+    """λ-returns (Sutton & Barto 2018, §12.1), cut at episode ends::
+
+        G_t = r_t + γ_t ν_t [ (1 − λ_t κ_t) V'_t + λ_t κ_t G_{t+1} ]
+
+    Inside an episode this is ``r_t + γ_t [(1 − λ_t) V'_t + λ_t G_{t+1}]``; at a
+    termination ``r_t``; at a truncation and at the window's edge ``r_t + γ_t V'_t``.
+    Takes the same arguments as :func:`rlscan.gae` (see there and
+    docs/semantics.md) and returns the λ-returns, of ``rewards``' shape.
+    """
+    call = Call("rewards", rewards, time_dim, out_dtype)
+    values = call.series("values", values)
+    next_values = call.series("next_values", next_values)
+    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
+    terminated = call.flags("terminated", terminated)
+    truncated = call.flags("truncated", truncated)
+    value_after_rule("td_lambda", next_values, bootstrap_value, truncated, required=True)
+    g = call.coef("gamma", gamma)
+    lam = call.coef("lmbda", lmbda)
+    tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
+    return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact)[0]

@@ -1,0 +1,3 @@
+from .op import VTraceOutput, vtrace
+
+__all__ = ["vtrace", "VTraceOutput"]

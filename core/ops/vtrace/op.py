@@ -1,0 +1,107 @@
+"""``rlscan.vtrace``: IMPALA's off-policy value targets and policy-gradient advantages."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..._call import Call, OpSpec, value_after_rule
+from ..._inputs import check_clip
+from .. import _forms
+from ..linear_scan import linear_scan
+
+
+class VTraceOutput(NamedTuple):
+    vs: torch.Tensor
+    pg_advantages: torch.Tensor
+
+
+def _kernel():
+    from . import kernel
+
+    return kernel.coeffs, kernel.emit, True
+
+
+def _cpu(*args):
+    from . import cpu
+
+    cpu.run(*args)
+
+
+def _differentiable(call, r, v, log_rho, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, rho_clip, c_clip, pg_clip):
+    td = call.time_dim
+    r, v, log_rho, nv, term, trunc = (_forms.time_first(x, td) for x in (r, v, log_rho, nv, term, trunc))
+    g = gamma if g_t is None else g_t.movedim(td, 0)
+    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    nu, kappa = _forms.masks(term, trunc, r)
+    rho = log_rho.exp()
+    v_next = _forms.value_after(v, nv, boot, r)
+    delta = rho.clamp(max=rho_clip) * (r + g * v_next * nu - v)
+    vs_minus_v = linear_scan(delta, g * lam * rho.clamp(max=c_clip) * kappa, reverse=True)
+    vs = v + vs_minus_v
+    vs_ahead = torch.cat([vs[1:], vs[-1:]])  # only read where κ_t = 1, i.e. t < T-1
+    v_hat = torch.where(kappa != 0, vs_ahead, v_next)
+    pg = rho.clamp(max=pg_clip) * (r + g * nu * v_hat - v)
+    return vs.movedim(0, td), pg.movedim(0, td)
+
+
+OP = OpSpec(
+    name="vtrace",
+    inputs=(("rewards", "series"), ("values", "series"), ("log_rhos", "series"), ("next_values", "series"),
+            ("bootstrap_value", "batch"), ("terminated", "flag"), ("truncated", "flag"),
+            ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=2,
+    kernel=_kernel,
+    cpu=_cpu,
+    differentiable=_differentiable,
+)
+
+
+def vtrace(
+    rewards,
+    values,
+    log_rhos,
+    *,
+    bootstrap_value=None,
+    next_values=None,
+    terminated=None,
+    truncated=None,
+    gamma=0.99,
+    lmbda=1.0,
+    rho_clip=1.0,
+    c_clip=1.0,
+    pg_rho_clip=1.0,
+    time_dim=0,
+    exact=False,
+    out_dtype=None,
+) -> VTraceOutput:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018)::
+
+        ρ_t = exp(log_rhos[t]),  ρ̄_t = min(ρ̄, ρ_t),  c_t = λ_t min(c̄, ρ_t)
+        (v − V)_t = ρ̄_t (r_t + γ_t ν_t V'_t − V_t) + γ_t c_t κ_t (v − V)_{t+1}
+        vs_t = V_t + (v − V)_t
+        pg_t = min(ρ̄ᵖᵍ, ρ_t) (r_t + γ_t ν_t v̂_t − V_t),  v̂_t = vs_{t+1} if κ_t else V'_t
+
+    ``log_rhos`` are ``log π(a_t|s_t) − log μ(a_t|s_t)``: target over behaviour.
+    ``rho_clip``, ``c_clip`` and ``pg_rho_clip`` are ``ρ̄``, ``c̄`` and ``ρ̄ᵖᵍ``
+    (``float('inf')`` disables a clip). At a truncated step the pg advantage
+    bootstraps from the final observation's value (``next_values``), never from
+    the next episode's ``vs``. The other arguments are those of :func:`rlscan.gae`;
+    see docs/semantics.md.
+
+    Returns:
+        ``VTraceOutput(vs, pg_advantages)``, each of ``rewards``' shape.
+    """
+    call = Call("rewards", rewards, time_dim, out_dtype)
+    values = call.series("values", values)
+    log_rhos = call.series("log_rhos", log_rhos)
+    next_values = call.series("next_values", next_values)
+    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
+    terminated = call.flags("terminated", terminated)
+    truncated = call.flags("truncated", truncated)
+    value_after_rule("vtrace", next_values, bootstrap_value, truncated, required=True)
+    g = call.coef("gamma", gamma)
+    lam = call.coef("lmbda", lmbda)
+    clips = tuple(check_clip(n, x) for n, x in (("rho_clip", rho_clip), ("c_clip", c_clip), ("pg_rho_clip", pg_rho_clip)))
+    tensors = (call.anchor, values, log_rhos, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
+    return VTraceOutput(*call.run(OP, tensors, (g.value, lam.value) + clips, exact=exact))
