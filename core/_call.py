@@ -193,14 +193,14 @@ class Call:
         from ._triton.launch import launch
 
         strides = tuple(
-            layout.batch_strides(t) if t is not None and id(t) in self.batch_ids else layout.strides(t)
+            tuple(layout.batch_strides(t) if t is not None and id(t) in self.batch_ids else layout.strides(t))
             for t in tensors
         )
         lead = tensors[op.time_contiguous_of]
         time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1
         init = None if op.init_of is None else tensors[op.init_of]
         launch(
-            op.kernel(), layout, tuple(tensors), strides, tuple(outs), layout.strides(outs[0]), scalars,
+            op.kernel(), layout, tuple(tensors), strides, tuple(outs), tuple(layout.strides(outs[0])), scalars,
             compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact,
             init=init, init_strides=layout.batch_strides(init),
         )
