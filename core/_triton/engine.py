@@ -22,7 +22,8 @@ its carry, then scans and emits. ``PHASE=0`` is the single-launch case.
 A ``tile`` is the tuple ``(t, b_hi, b_lo, mask, batch_mask)``; element ``(t, b)`` of a
 tensor with strides ``s`` is at ``t*s[0] + b_hi*s[1] + b_lo*s[2]`` (see ``_inputs``).
 Scalars arrive as float64 values split into three float32 parts (``split``), because
-Triton passes Python floats as float32.
+Triton passes Python floats as float32. (The kernel argument is ``scalars``, not
+``params``: Triton 3.6's argument binder has a local of that name, which shadows it.)
 """
 import triton
 import triton.language as tl
@@ -148,7 +149,7 @@ def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.conste
 
 @triton.jit
 def scan_kernel(
-    ins, in_strides, outs, out_strides, params,
+    ins, in_strides, outs, out_strides, scalars,
     INIT, init_strides, AGG,
     T, B, B_lo, chunk_len, n_chunks,
     COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
@@ -188,7 +189,7 @@ def scan_kernel(
             t = t.to(tl.int64)
         m = (t < t_hi) & mb
         tile = (t, b_hi, b_lo, m, mb)
-        alpha, beta, keep = COEFFS(ins, in_strides, params, tile, T, ACC)
+        alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
         alpha = tl.where(m, alpha, 0)
         beta = tl.where(m, beta, 1)
         if BLOCK_T == 1:
@@ -200,7 +201,7 @@ def scan_kernel(
         if PHASE == 1:
             carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
         else:
-            EMIT(outs, out_strides, params, A, carry, keep, tile, T)
+            EMIT(outs, out_strides, scalars, A, carry, keep, tile, T)
         carry = _edge(A, REVERSE, BLOCK_T)
 
     if PHASE == 1:
