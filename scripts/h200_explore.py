@@ -79,12 +79,21 @@ def main():
 
     x = torch.empty(1, device=dev)
     launch_floor = timed_full(lambda: _empty[(1,)](x), n=2000)
-    big = torch.empty(1024 * 2**20 // 4, device=dev)
+    big = torch.empty(1024 * 2**20 // 4, device=dev).uniform_()
     dst = torch.empty_like(big)
     for _ in range(200):  # let the clocks rise before measuring
         dst.copy_(big)
+
+    @triton.jit
+    def _copy(X, Y, n, BLOCK: tl.constexpr):
+        o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(Y + o, tl.load(X + o, mask=o < n), mask=o < n)
+
     copy_us = timed_device(lambda: dst.copy_(big), n=5, reps=5)
-    bw = 2 * big.numel() * 4 / (copy_us * 1e-6)
+    tcopy_us = timed_device(lambda: _copy[(triton.cdiv(big.numel(), 4096),)](big, dst, big.numel(), BLOCK=4096), n=5, reps=5)
+    print(f"torch copy {2 * big.numel() * 4 / (copy_us * 1e-6) / 1e12:.2f} TB/s, triton copy "
+          f"{2 * big.numel() * 4 / (tcopy_us * 1e-6) / 1e12:.2f} TB/s")
+    bw = 2 * big.numel() * 4 / (min(copy_us, tcopy_us) * 1e-6)
     print(f"launch floor {launch_floor:.2f} us (full call of an empty Triton kernel); copy bandwidth {bw/1e12:.2f} TB/s")
     results["launch_floor_us"] = launch_floor
     results["copy_bw"] = bw
@@ -168,10 +177,33 @@ def main():
                   (262144, 16, "tn"), (1_000_000, 1, "tn"), (2048, 4096, "nt"), (128, 4096, "nt"), (262144, 16, "nt")]
         if args.quick:
             shapes = shapes[:3]
-        tm_cfgs = [(16, 64, 4), (32, 64, 4), (64, 64, 4), (32, 128, 4), (64, 128, 8), (128, 32, 4), (16, 128, 4), (8, 256, 4), (64, 32, 2)]
-        bm_cfgs = [(256, 4, 4), (512, 4, 4), (1024, 4, 4), (1024, 2, 4), (2048, 1, 4), (512, 8, 4), (256, 16, 4), (1024, 8, 8)]
+        stripe_variants = [
+            dict(kind="stripe", block_b=32, stripes=8, steps=16, num_warps=4),
+            dict(kind="stripe", block_b=32, stripes=4, steps=16, num_warps=2),
+            dict(kind="stripe", block_b=64, stripes=4, steps=16, num_warps=4),
+            dict(kind="stripe", block_b=128, stripes=2, steps=16, num_warps=4),
+            dict(kind="stripe", block_b=32, stripes=8, steps=8, num_warps=4),
+            dict(kind="stripe", block_b=16, stripes=16, steps=8, num_warps=4),
+            dict(kind="stripe", block_b=32, stripes=16, steps=8, num_warps=8),
+            dict(kind="stripe", block_b=128, stripes=1, steps=16, num_warps=4),
+            dict(kind="stripe", block_b=64, stripes=8, steps=8, num_warps=8),
+        ]
+        scan_variants = [
+            dict(kind="scan", block_t=128, block_b=32, num_warps=4),
+            dict(kind="scan", block_t=32, block_b=128, num_warps=1),
+            dict(kind="scan", block_t=64, block_b=128, num_warps=1),
+            dict(kind="scan", block_t=32, block_b=256, num_warps=2),
+        ]
+        nt_variants = [
+            dict(kind="scan", block_t=256, block_b=4, num_warps=4),
+            dict(kind="scan", block_t=1024, block_b=4, num_warps=4),
+            dict(kind="scan", block_t=1024, block_b=2, num_warps=4),
+            dict(kind="scan", block_t=2048, block_b=1, num_warps=4),
+            dict(kind="scan", block_t=512, block_b=8, num_warps=8),
+            dict(kind="scan", block_t=1024, block_b=4, num_warps=8),
+            dict(kind="scan", block_t=512, block_b=4, num_warps=2),
+        ]
         for T, N, lay in shapes:
-            d = {}
             r = torch.randn(T, N, device=dev)
             v = torch.randn(T, N, device=dev)
             term = torch.rand(T, N, device=dev) < 0.01
@@ -184,25 +216,31 @@ def main():
             auto_cfg = L.choose_config(T, N, lay == "nt", False, dev)
             full = timed_full(fn, n=100 if T * N > 1e7 else 300)
             devt = timed_device(fn)
-            seq = timed_device(lambda: rlscan.gae(r, v, bootstrap_value=boot, terminated=term, exact=True), n=3, reps=3)
-            rows.append(dict(T=T, N=N, lay=lay, cfg="auto" + str(tuple(auto_cfg[:4])), full=full, dev=devt, floor=floor_us, seq=seq))
-            print(f"{lay} N={N:6d} T={T:7d} auto {tuple(auto_cfg)} full {full:8.1f}us dev {devt:8.1f}us floor {floor_us:7.1f}us"
+            seq = float("nan")
+            if T <= 4096:
+                seq = timed_device(lambda: rlscan.gae(r, v, bootstrap_value=boot, terminated=term, exact=True), n=3, reps=3)
+            rows.append(dict(T=T, N=N, lay=lay, cfg="auto", full=full, dev=devt, floor=floor_us, seq=seq))
+            print(f"{lay} N={N:6d} T={T:7d} auto {auto_cfg} full {full:7.1f}us dev {devt:8.1f}us floor {floor_us:7.1f}us"
                   f" ({devt/floor_us:5.2f}x) seq {seq:8.1f}us")
-            for bt, bb, w in (bm_cfgs if lay == "nt" else tm_cfgs):
-                if bt > max(8, triton.next_power_of_2(T)) or bb > max(1, triton.next_power_of_2(N)):
+            variants = nt_variants if (lay == "nt" or N == 1) else stripe_variants + scan_variants
+            for base in variants:
+                if base.get("block_t", 1) > max(8, triton.next_power_of_2(T)) or base["block_b"] > max(1, triton.next_power_of_2(N)):
                     continue
-                for chunks in ((None,) if N >= 1024 else (None, 64, 256, 1024)):
-                    kw = dict(block_t=bt, block_b=bb, num_warps=w)
-                    if chunks:
-                        kw["n_chunks"] = min(chunks, max(1, 4096 // bb))
+                if base.get("steps", 1) * base.get("stripes", 1) > max(8, triton.next_power_of_2(T)):
+                    continue
+                for chunks in ((1,) if N >= 4096 and T <= 512 else (1, 8, 64, 512)):
+                    kw = dict(base, n_chunks=chunks)
                     try:
                         with L.forced_config(**kw):
+                            cfg = L.choose_config(T, N, lay == "nt", False, dev)
+                            if cfg.n_chunks > 1 and cfg.block_c * cfg.block_b > 8192:
+                                continue
                             devt = timed_device(fn, n=10, reps=5)
                     except Exception as ex:  # noqa: BLE001
-                        print("   fail", kw, repr(ex)[:200])
+                        print("   fail", kw, repr(ex)[:300])
                         continue
                     rows.append(dict(T=T, N=N, lay=lay, cfg=str(kw), dev=devt, floor=floor_us))
-                    print(f"   {str(kw):60s} dev {devt:8.1f}us ({devt/floor_us:5.2f}x floor)")
+                    print(f"   {str(kw):100s} dev {devt:8.1f}us ({devt/floor_us:5.2f}x floor)")
         results["sweep"] = rows
 
     # ---------------------------------------------------------------- host overhead
@@ -210,9 +248,26 @@ def main():
     v = torch.randn(128, 4096, device=dev)
     term = torch.rand(128, 4096, device=dev) < 0.01
     boot = torch.randn(4096, device=dev)
-    full = timed_full(lambda: rlscan.gae(r, v, bootstrap_value=boot, terminated=term), n=2000)
-    print(f"host: gae 4096x128 full call {full:.2f} us = {full/launch_floor:.2f}x launch floor")
+    gae_call = lambda: rlscan.gae(r, v, bootstrap_value=boot, terminated=term)  # noqa: E731
+    full = timed_full(gae_call, n=3000)
+    L._launcher.enabled = False
+    full_jit = timed_full(gae_call, n=3000)
+    L._launcher.enabled = True
+    print(f"host: gae 4096x128 full call {full:.2f} us = {full/launch_floor:.2f}x launch floor "
+          f"(through JITFunction.run: {full_jit:.2f} us)")
     results["gae_4096x128_full_us"] = full
+    import cProfile
+    import io
+    import pstats
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(3000):
+        gae_call()
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(18)
+    with open(os.path.join(out_dir, "host_profile.txt"), "w") as f:
+        f.write(buf.getvalue())
     with open(os.path.join(out_dir, "explore.json"), "w") as f:
         json.dump(results, f, indent=1)
 

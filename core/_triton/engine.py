@@ -1,18 +1,26 @@
-"""The scan engine shared by every op: one Triton kernel, specialised per op.
+"""The scan engine shared by every op: two Triton kernels, specialised per op.
 
 An op plugs in two ``@triton.jit`` functions:
 
-* ``COEFFS(ins, strides, params, tile, T, ACC) -> (alpha, beta, keep)`` loads its raw
-  inputs for a ``[BLOCK_T, BLOCK_B]`` tile and builds the recurrence's coefficients in
-  registers; ``keep`` is a tuple of tiles the emit step needs again.
-* ``EMIT(outs, strides, params, A, carry, keep, tile, T)`` writes the outputs from the
-  scanned state ``A`` (``carry`` is the state just past the tile, for ops that read
-  ``A_{t+1}``).
+* ``COEFFS(ins, strides, scalars, tile, T, ACC) -> (alpha, beta, keep)`` loads its raw
+  inputs for a tile of (time, environment) positions and builds the recurrence's
+  coefficients in registers; ``keep`` is a tuple of tiles the emit step needs again.
+* ``EMIT(outs, strides, scalars, A, A_in, keep, tile, T)`` writes the outputs from the
+  state ``A``; ``A_in`` is the state carried into each step (``A_{t+1}`` in reverse,
+  ``A_{t-1}`` forward), for ops that read it.
 
-The kernel solves ``A_t = alpha_t + beta_t * A_{t-1}`` (forward) or
-``A_t = alpha_t + beta_t * A_{t+1}`` (``REVERSE``) for each of ``BLOCK_B`` environments:
-it walks the time axis tile by tile, scans each tile with ``tl.associative_scan``
-and carries the state in registers, so registers stay fixed whatever ``T`` is.
+Both kernels solve ``A_t = alpha_t + beta_t * A_{t-1}`` (forward) or
+``A_t = alpha_t + beta_t * A_{t+1}`` (``REVERSE``) for a block of environments,
+carrying the state in registers, so registers stay fixed whatever ``T`` is:
+
+* ``scan_kernel`` walks time in ``[BLOCK_T, BLOCK_B]`` tiles and scans each tile with
+  ``tl.associative_scan``. It suits inputs that are contiguous along time.
+* ``stripe_kernel`` walks time in windows of ``STRIPES x STEPS`` steps; each stripe of
+  ``STEPS`` consecutive steps is folded one step at a time inside a thread, the
+  stripes' composed pairs are scanned across, and a second pass applies the carried
+  state step by step. Every load is one row of environments, so it suits inputs
+  that are contiguous along environments (``[T, N]``). With ``STRIPES = STEPS = 1``
+  it is the sequential (``exact``) kernel.
 
 Long sequences with few environments are split into ``n_chunks`` chunks of time run by
 separate programs, in two launches: ``PHASE=1`` reduces each chunk to its composed pair
@@ -113,14 +121,20 @@ def row(x, i, BLOCK_T: tl.constexpr):
 
 
 @triton.jit
-def shift_next(A, carry, BLOCK_T: tl.constexpr):
-    """``A_{t+1}`` for each row of a reverse-scanned tile; the last row reads ``carry``."""
+def _carried_in(A, carry, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The state carried into each row of a scanned tile: the row after it in reverse,
+    the row before it forward, and ``carry`` (broadcast) at the tile's edge."""
     rows = tl.arange(0, BLOCK_T)[:, None]
     if BLOCK_T == 1:
         return A * 0 + carry
     else:
-        idx = tl.minimum(rows + 1, BLOCK_T - 1) + tl.zeros(A.shape, tl.int32)
-        return tl.where(rows == BLOCK_T - 1, carry, tl.gather(A, idx, 0))
+        if REVERSE:
+            idx = tl.minimum(rows + 1, BLOCK_T - 1)
+            edge = rows == BLOCK_T - 1
+        else:
+            idx = tl.maximum(rows - 1, 0)
+            edge = rows == 0
+        return tl.where(edge, carry, tl.gather(A, idx + tl.zeros(A.shape, tl.int32), 0))
 
 
 @triton.jit
@@ -156,28 +170,11 @@ def scan_kernel(
     ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
     TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr,
 ):
-    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
     chunk = tl.program_id(1)
-    if WIDE:
-        b = b.to(tl.int64)
-    if TWO_LEVEL:
-        b_hi = b // B_lo
-        b_lo = b % B_lo
-    else:
-        b_hi = b * 0
-        b_lo = b
-    mb = b < B
-
-    if INIT is not None and PHASE != 1:
-        carry = tl.load(INIT + b_hi * init_strides[1] + b_lo * init_strides[2], mask=mb, other=0).to(ACC)
-    else:
-        carry = tl.zeros([1, BLOCK_B], ACC)
-    if PHASE == 2:
-        carry = _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE, BLOCK_C)
+    b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
+        INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
+        REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
     carry_b = tl.full([1, BLOCK_B], 1, ACC)
-
-    t_lo = chunk * chunk_len
-    t_hi = tl.minimum(t_lo + chunk_len, T)
     n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
     for i in range(n_tiles):
         if REVERSE:
@@ -201,8 +198,100 @@ def scan_kernel(
         if PHASE == 1:
             carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
         else:
-            EMIT(outs, out_strides, scalars, A, carry, keep, tile, T)
+            EMIT(outs, out_strides, scalars, A, _carried_in(A, carry, REVERSE, BLOCK_T), keep, tile, T)
         carry = _edge(A, REVERSE, BLOCK_T)
+
+    if PHASE == 1:
+        tl.store(AGG + chunk * B + b, carry, mask=mb)
+        tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+
+
+@triton.jit
+def _program_start(INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
+                   REVERSE: tl.constexpr, PHASE: tl.constexpr, ACC: tl.constexpr, BLOCK_B: tl.constexpr,
+                   BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+    """This program's environments, its carry into its first step, and its time range."""
+    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
+    if WIDE:
+        b = b.to(tl.int64)
+    if TWO_LEVEL:
+        b_hi = b // B_lo
+        b_lo = b % B_lo
+    else:
+        b_hi = b * 0
+        b_lo = b
+    mb = b < B
+    if INIT is not None and PHASE != 1:
+        carry = tl.load(INIT + b_hi * init_strides[1] + b_lo * init_strides[2], mask=mb, other=0).to(ACC)
+    else:
+        carry = tl.zeros([1, BLOCK_B], ACC)
+    if PHASE == 2:
+        carry = _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE, BLOCK_C)
+    t_lo = chunk * chunk_len
+    t_hi = tl.minimum(t_lo + chunk_len, T)
+    return b, b_hi, b_lo, mb, carry, t_lo, t_hi
+
+
+@triton.jit
+def stripe_kernel(
+    ins, in_strides, outs, out_strides, scalars,
+    INIT, init_strides, AGG,
+    T, B, B_lo, chunk_len, n_chunks,
+    COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
+    ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr,
+):
+    chunk = tl.program_id(1)
+    b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
+        INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
+        REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
+    carry_b = tl.full([1, BLOCK_B], 1, ACC)
+    stripe = tl.arange(0, STRIPES)[:, None]
+    if WIDE:
+        stripe = stripe.to(tl.int64)
+    window = STRIPES * STEPS
+    n_windows = tl.cdiv(t_hi - t_lo, window)
+    for i in range(n_windows):
+        if REVERSE:
+            w = n_windows - 1 - i
+        else:
+            w = i
+        first = t_lo + w * window + stripe * STEPS
+        # Pass 1: fold each stripe into its composed pair, one step at a time.
+        a = tl.zeros([STRIPES, BLOCK_B], ACC)
+        k = tl.full([STRIPES, BLOCK_B], 1, ACC)
+        for j in tl.static_range(STEPS):
+            t = first + (STEPS - 1 - j if REVERSE else j)
+            m = (t < t_hi) & mb
+            alpha, beta, keep = COEFFS(ins, in_strides, scalars, (t, b_hi, b_lo, m, mb), T, ACC)
+            beta = tl.where(m, beta, 1)
+            a = tl.where(m, alpha, 0) + beta * a
+            k = beta * k
+        # Across stripes: the state carried into each stripe, and out of the window.
+        if STRIPES == 1:
+            state = a * 0 + carry
+            out_a = a
+            out_k = k
+        else:
+            sa, sk = tl.associative_scan((a, k), 0, compose, reverse=REVERSE)
+            ia = _carried_in(sa, tl.zeros([1, BLOCK_B], ACC), REVERSE, STRIPES)
+            ik = _carried_in(sk, tl.full([1, BLOCK_B], 1, ACC), REVERSE, STRIPES)
+            state = ia + ik * carry
+            out_a = _edge(sa, REVERSE, STRIPES)
+            out_k = _edge(sk, REVERSE, STRIPES)
+        if PHASE == 1:
+            carry_b = out_k * carry_b
+        else:
+            # Pass 2: run each stripe from its carried-in state and write the outputs.
+            for j in tl.static_range(STEPS):
+                t = first + (STEPS - 1 - j if REVERSE else j)
+                m = (t < t_hi) & mb
+                tile = (t, b_hi, b_lo, m, mb)
+                alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
+                state_in = state
+                state = tl.where(m, alpha + beta * state, state)
+                EMIT(outs, out_strides, scalars, state, state_in, keep, tile, T)
+        carry = out_a + out_k * carry
 
     if PHASE == 1:
         tl.store(AGG + chunk * B + b, carry, mask=mb)

@@ -1,17 +1,19 @@
 """Choosing launch settings for a shape, and launching the scan engine.
 
-The strategy per shape (measured on an H200; see docs/benchmarks.md and
-docs/perf-notes.md):
+The strategy per shape is chosen by a measured heuristic (docs/perf-notes.md), never by
+autotuning on the user's first call:
 
-* many environments: one program per block of environments walks the whole time
-  axis, carrying the state in registers;
-* few environments and long sequences: time is split into chunks run by separate
-  programs, in two launches (reduce the chunks, then fold and scan);
-* ``exact``: one step at a time (``BLOCK_T = 1``) with fused multiply-adds off, in
-  the reference loop's order.
+* inputs contiguous along time (``[N, T]``): ``scan_kernel`` with long tiles of time;
+* inputs contiguous along environments (``[T, N]``): ``stripe_kernel``, each thread
+  running stripes of consecutive steps for a few environments;
+* too few environments to fill the GPU: time is also split into chunks run by separate
+  programs, in two launches (reduce the chunks, then fold and emit);
+* ``exact``: the stripe kernel with one step per stripe (a plain sequential loop) and
+  fused multiply-adds off, in the reference loop's order.
 
-The tile is laid out so that the contiguous axis of the inputs (environments for
-``[T, N]``, time for ``[N, T]``) is the one read in wide, coalesced loads.
+Launches skip Triton's generic ``JITFunction.run`` after the first call for a given
+specialisation: the compiled kernel is cached here and its launcher called directly,
+which removes most of the per-call host cost (docs/perf-notes.md).
 """
 from __future__ import annotations
 
@@ -26,12 +28,15 @@ from .._backend import interpreting
 
 
 class Config(NamedTuple):
-    block_t: int
-    block_b: int
+    kind: str  # "scan" or "stripe"
+    block_b: int  # environments per program
     num_warps: int
-    n_chunks: int
-    chunk_len: int
-    block_c: int
+    block_t: int = 1  # scan: rows of time per tile
+    stripes: int = 1  # stripe: stripes per window
+    steps: int = 1  # stripe: steps per stripe
+    n_chunks: int = 1  # programs along time
+    chunk_len: int = 0
+    block_c: int = 1
 
 
 def _pow2(n: int) -> int:
@@ -43,8 +48,9 @@ _forced: Optional[dict] = None
 
 @contextlib.contextmanager
 def forced_config(**settings):
-    """Force launch settings (``block_t``, ``block_b``, ``n_chunks``, ...) inside a ``with``
-    block. Tests use it to reach every kernel path with small shapes."""
+    """Force launch settings (``kind``, ``block_t``, ``block_b``, ``stripes``, ``steps``,
+    ``n_chunks``, ``num_warps``) inside a ``with`` block. Tests use it to reach every
+    kernel path with small shapes; the benchmarks use it to compare settings."""
     global _forced
     previous, _forced = _forced, settings
     try:
@@ -53,8 +59,6 @@ def forced_config(**settings):
         _forced = previous
 
 
-# Largest BLOCK_C * BLOCK_B tile of chunk pairs one program folds in registers.
-_MAX_CHUNK_TILE = 4096
 _SM_COUNT: dict = {}
 
 
@@ -65,43 +69,54 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[key]
 
 
+def _window(cfg: Config) -> int:
+    return cfg.block_t if cfg.kind == "scan" else cfg.stripes * cfg.steps
+
+
+def _with_chunks(cfg: Config, T: int, n_chunks: int) -> Config:
+    """Split ``T`` into about ``n_chunks`` chunks, each a whole number of windows."""
+    window = _window(cfg)
+    chunk_len = math.ceil(math.ceil(T / max(1, n_chunks)) / window) * window
+    n = max(1, math.ceil(T / chunk_len))
+    return cfg._replace(n_chunks=n, chunk_len=chunk_len, block_c=_pow2(n))
+
+
 def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device) -> Config:
     """Launch settings for a ``[T, B]`` problem."""
     if exact:
-        cfg = Config(1, min(128, _pow2(B)), 4, 1, T, 1)
+        block_b = min(128, _pow2(B))
+        cfg = Config("stripe", block_b, max(1, min(4, block_b // 32)), chunk_len=T)
     elif interpreting() or device.type != "cuda":
-        cfg = Config(min(32, _pow2(T)), min(16, _pow2(B)), 4, 1, T, 1)
+        cfg = Config("scan", min(16, _pow2(B)), 4, block_t=min(32, _pow2(T)), chunk_len=T)
     else:
         cfg = _gpu_config(T, B, time_contiguous, _sm_count(device))
     if _forced:
-        cfg = cfg._replace(**_forced)
-        if "n_chunks" in _forced:
-            chunk_len = math.ceil(T / cfg.n_chunks)
-            chunk_len = math.ceil(chunk_len / cfg.block_t) * cfg.block_t
-            n_chunks = max(1, math.ceil(T / chunk_len))
-            cfg = cfg._replace(n_chunks=n_chunks, chunk_len=chunk_len, block_c=_pow2(n_chunks))
+        cfg = cfg._replace(**{k: v for k, v in _forced.items() if k != "n_chunks"})
+        cfg = _with_chunks(cfg, T, _forced.get("n_chunks", cfg.n_chunks))
     return cfg
+
+
+# Largest BLOCK_C * BLOCK_B tile of chunk pairs one program folds in registers.
+_MAX_CHUNK_TILE = 4096
 
 
 def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int) -> Config:
     if time_contiguous:
         block_b = min(4, _pow2(B))
-        block_t = min(1024, _pow2(T))
+        cfg = Config("scan", block_b, 4, block_t=min(1024, _pow2(T)))
     else:
-        block_b = min(64, _pow2(B))
-        block_t = min(64, _pow2(T))
-    num_warps = 4
-    b_programs = math.ceil(B / block_b)
+        block_b = min(32, _pow2(B))
+        steps = min(16, _pow2(T))
+        stripes = max(1, min(8, _pow2(math.ceil(T / steps))))
+        num_warps = max(1, min(8, stripes * block_b // 64))
+        cfg = Config("stripe", block_b, num_warps, stripes=stripes, steps=steps)
+    b_programs = math.ceil(B / cfg.block_b)
     want = 2 * n_sm
-    n_tiles = math.ceil(T / block_t)
-    if b_programs >= want or n_tiles < 4:
-        return Config(block_t, block_b, num_warps, 1, T, 1)
-    max_chunks = max(1, _MAX_CHUNK_TILE // block_b)
-    n_chunks = min(n_tiles, math.ceil(want / b_programs), max_chunks)
-    tiles_per_chunk = math.ceil(n_tiles / n_chunks)
-    chunk_len = tiles_per_chunk * block_t
-    n_chunks = math.ceil(T / chunk_len)
-    return Config(block_t, block_b, num_warps, n_chunks, chunk_len, _pow2(n_chunks))
+    n_windows = math.ceil(T / _window(cfg))
+    if b_programs >= want or n_windows < 4:
+        return _with_chunks(cfg, T, 1)
+    n_chunks = min(n_windows, math.ceil(want / b_programs), max(1, _MAX_CHUNK_TILE // cfg.block_b))
+    return _with_chunks(cfg, T, n_chunks)
 
 
 # ----------------------------------------------------------------------------- scalars
@@ -127,15 +142,58 @@ def split(x: float) -> tuple:
 
 # ----------------------------------------------------------------------------- launching
 
-def _acc_dtype(dtype: torch.dtype):
-    import triton.language as tl
 
-    return tl.float64 if dtype == torch.float64 else tl.float32
+class _DirectLauncher:
+    """Calls a compiled kernel's launcher directly once Triton has compiled it.
+
+    Triton's ``JITFunction.run`` re-derives the cache key on every call; here the key is
+    the argument binder's specialisation (computed natively) plus the launch options, and
+    the compiled kernel is looked up in a plain dict.
+    """
+
+    def __init__(self):
+        self.enabled = True
+        self.compiled: dict = {}
+
+    def __call__(self, fn, grid, args, kwargs) -> None:
+        if not self.enabled or interpreting():
+            fn[grid](*args, **kwargs)
+            return
+        try:
+            from triton import knobs
+
+            if knobs.runtime.launch_enter_hook is not None:
+                fn[grid](*args, **kwargs)
+                return
+            device = torch.cuda.current_device()
+            binder = fn.device_caches[device][-1]
+            bound, specialization, options = binder(*args, **kwargs)
+            key = (id(fn), tuple(specialization), tuple(sorted(options.items())))
+        except Exception:  # noqa: BLE001 - an unknown Triton version: use its own path from now on
+            self.enabled = False
+            fn[grid](*args, **kwargs)
+            return
+        kernel = self.compiled.get(key)
+        if kernel is None:
+            self.compiled[key] = fn[grid](*args, **kwargs)
+            return
+        grid = grid + (1,) * (3 - len(grid))
+        kernel.run(grid[0], grid[1], grid[2], torch._C._cuda_getCurrentRawStream(device), kernel.function,
+                   kernel.packed_metadata, None, None, None, *bound.values())
+
+
+_launcher = _DirectLauncher()
 
 
 def _reach(x: torch.Tensor) -> int:
     """The largest element offset a kernel adds to the tensor's pointer."""
     return sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride()) if n > 1)
+
+
+def _acc_dtype(dtype: torch.dtype):
+    import triton.language as tl
+
+    return tl.float64 if dtype == torch.float64 else tl.float32
 
 
 def launch(
@@ -154,29 +212,34 @@ def launch(
     init_strides=(0, 0, 0),
 ):
     """Run the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on a ``[T, B]`` grid."""
-    from .engine import scan_kernel
+    from .engine import scan_kernel, stripe_kernel
 
     coeffs, emit, reverse = spec
     T, B = layout.T, layout.B
-    device = outs[0].device
+    device = next(o for o in outs if o is not None).device
     cfg = choose_config(T, B, time_contiguous, exact, device)
-    params = tuple(split(float(x)) for x in scalars)
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
     grid = (math.ceil(B / cfg.block_b), cfg.n_chunks)
     agg = None
     if cfg.n_chunks > 1:
         agg = torch.empty(2 * cfg.n_chunks * B, dtype=compute_dtype, device=device)
-    common = dict(
-        COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(compute_dtype),
-        BLOCK_T=cfg.block_t, BLOCK_B=cfg.block_b, BLOCK_C=cfg.block_c,
-        TWO_LEVEL=layout.two_level, WIDE=wide, num_warps=cfg.num_warps,
+    kwargs = dict(
+        COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(compute_dtype), BLOCK_B=cfg.block_b,
+        BLOCK_C=cfg.block_c, TWO_LEVEL=layout.two_level, WIDE=wide, num_warps=cfg.num_warps,
     )
-    if exact:
-        common["enable_fp_fusion"] = False
-    args = (ins, in_strides, outs, out_strides, params, init, tuple(init_strides), agg,
-            T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
-    if cfg.n_chunks == 1:
-        scan_kernel[grid](*args, PHASE=0, **common)
+    if cfg.kind == "scan":
+        kernel = scan_kernel
+        kwargs["BLOCK_T"] = cfg.block_t
     else:
-        scan_kernel[grid](*args, PHASE=1, **common)
-        scan_kernel[grid](*args, PHASE=2, **common)
+        kernel = stripe_kernel
+        kwargs["STRIPES"] = cfg.stripes
+        kwargs["STEPS"] = cfg.steps
+    if exact:
+        kwargs["enable_fp_fusion"] = False
+    args = (ins, in_strides, outs, out_strides, tuple(split(float(x)) for x in scalars), init, tuple(init_strides),
+            agg, T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
+    if cfg.n_chunks == 1:
+        _launcher(kernel, grid, args, dict(kwargs, PHASE=0))
+    else:
+        _launcher(kernel, grid, args, dict(kwargs, PHASE=1))
+        _launcher(kernel, grid, args, dict(kwargs, PHASE=2))

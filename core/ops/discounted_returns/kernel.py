@@ -6,7 +6,7 @@ from ..._triton.engine import load, load_coef, load_flag, store, value_after
 
 
 @triton.jit
-def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """``α_t = r_t + γ_t ν_t (1 − κ_t) V'_t``, ``β_t = γ_t κ_t``."""
     R, NV, BOOT, TERM, TRUNC, GAMMA = ins
     r = load(R, s[0], tile, ACC)
@@ -15,12 +15,12 @@ def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
     done = term | load_flag(TRUNC, s[4], tile, 0, T)
     nu = (~term).to(ACC)
     kappa = ((~done) & (tile[0] < T - 1)).to(ACC)
-    gamma = load_coef(GAMMA, s[5], tile, params[0], 0, T, ACC)
+    gamma = load_coef(GAMMA, s[5], tile, scalars[0], 0, T, ACC)
     alpha = r + gamma * nu * (1 - kappa) * v_next
     return alpha, gamma * kappa, (r,)
 
 
 @triton.jit
-def emit(outs, s, params, A, carry, keep, tile, T):
+def emit(outs, s, scalars, A, A_in, keep, tile, T):
     (OUT,) = outs
     store(OUT, s, tile, A)

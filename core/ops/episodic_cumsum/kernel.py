@@ -6,7 +6,7 @@ from ..._triton.engine import load, load_flag, store
 
 
 @triton.jit
-def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """``α_t = x_t``; ``β_t = 1 − dones_{t−1}``, and ``β_0 = 1`` (``initial`` carries in)."""
     X, DONES, INIT = ins
     x = load(X, s[0], tile, ACC)
@@ -15,6 +15,6 @@ def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
 
 
 @triton.jit
-def emit(outs, s, params, A, carry, keep, tile, T):
+def emit(outs, s, scalars, A, A_in, keep, tile, T):
     (OUT,) = outs
     store(OUT, s, tile, A)

@@ -6,7 +6,7 @@ from ..._triton.engine import load, load_coef, load_flag, scalar, store, value_a
 
 
 @triton.jit
-def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """``δ_t = r_t + γ_t ν_t V'_t − V_t``; ``α_t = δ_t``, ``β_t = γ_t λ_t κ_t``."""
     R, V, NV, BOOT, TERM, TRUNC, GAMMA, LMBDA = ins
     r = load(R, s[0], tile, ACC)
@@ -16,17 +16,17 @@ def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
     done = term | load_flag(TRUNC, s[5], tile, 0, T)
     nu = (~term).to(ACC)
     kappa = ((~done) & (tile[0] < T - 1)).to(ACC)
-    gamma = load_coef(GAMMA, s[6], tile, params[0], 0, T, ACC)
+    gamma = load_coef(GAMMA, s[6], tile, scalars[0], 0, T, ACC)
     if GAMMA is None and LMBDA is None:
-        gamma_lmbda = scalar(params[2], ACC)  # γλ rounded once from float64, as Python computes it
+        gamma_lmbda = scalar(scalars[2], ACC)  # γλ rounded once from float64, as Python computes it
     else:
-        gamma_lmbda = gamma * load_coef(LMBDA, s[7], tile, params[1], 0, T, ACC)
+        gamma_lmbda = gamma * load_coef(LMBDA, s[7], tile, scalars[1], 0, T, ACC)
     delta = r + gamma * v_next * nu - v
     return delta, gamma_lmbda * kappa, (v,)
 
 
 @triton.jit
-def emit(outs, s, params, A, carry, keep, tile, T):
+def emit(outs, s, scalars, A, A_in, keep, tile, T):
     """``advantages = Â``, ``returns = Â + V``."""
     ADV, RET = outs
     (v,) = keep

@@ -6,27 +6,27 @@ from ..._triton.engine import load, load_batch, load_coef, load_shifted, store
 
 
 @triton.jit
-def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """``α_t`` and ``β_t`` as given (``β`` may be one scalar)."""
     ALPHA, BETA, INIT = ins
     alpha = load(ALPHA, s[0], tile, ACC)
-    beta = load_coef(BETA, s[1], tile, params[0], 0, T, ACC)
+    beta = load_coef(BETA, s[1], tile, scalars[0], 0, T, ACC)
     return alpha, beta, (alpha,)
 
 
 @triton.jit
-def emit(outs, s, params, A, carry, keep, tile, T):
+def emit(outs, s, scalars, A, A_in, keep, tile, T):
     (OUT,) = outs
     store(OUT, s, tile, A)
 
 
 @triton.jit
-def _adjoint_coeffs(ins, s, params, tile, T, SHIFT: tl.constexpr, ACC: tl.constexpr):
+def _adjoint_coeffs(ins, s, scalars, tile, T, SHIFT: tl.constexpr, ACC: tl.constexpr):
     """The adjoint of ``A_t = α_t + β_t A_{t∓1}`` runs the other way with ``β`` shifted by ``SHIFT``:
     ``Ā_t = g_t + β_{t+SHIFT} Ā_{t+SHIFT}``."""
     G, BETA, A, INIT = ins
     g = load(G, s[0], tile, ACC)
-    beta = load_coef(BETA, s[1], tile, params[0], SHIFT, T, ACC)
+    beta = load_coef(BETA, s[1], tile, scalars[0], SHIFT, T, ACC)
     # A_{t-SHIFT}: the forward state that β_t multiplied, with `initial` past the edge.
     a_prev = load_shifted(A, s[2], tile, -SHIFT, T, ACC)
     if INIT is not None:
@@ -39,17 +39,17 @@ def _adjoint_coeffs(ins, s, params, tile, T, SHIFT: tl.constexpr, ACC: tl.conste
 
 
 @triton.jit
-def adjoint_of_reverse_coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
-    return _adjoint_coeffs(ins, s, params, tile, T, -1, ACC)
+def adjoint_of_reverse_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    return _adjoint_coeffs(ins, s, scalars, tile, T, -1, ACC)
 
 
 @triton.jit
-def adjoint_of_forward_coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
-    return _adjoint_coeffs(ins, s, params, tile, T, 1, ACC)
+def adjoint_of_forward_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    return _adjoint_coeffs(ins, s, scalars, tile, T, 1, ACC)
 
 
 @triton.jit
-def adjoint_emit(outs, s, params, A, carry, keep, tile, T):
+def adjoint_emit(outs, s, scalars, A, A_in, keep, tile, T):
     """``∂L/∂α_t = Ā_t`` and ``∂L/∂β_t = Ā_t · A_{t∓1}``."""
     GRAD_ALPHA, GRAD_BETA = outs
     (a_prev,) = keep

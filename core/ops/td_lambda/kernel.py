@@ -6,7 +6,7 @@ from ..._triton.engine import load, load_coef, load_flag, scalar, store, value_a
 
 
 @triton.jit
-def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """``α_t = r_t + γ_t ν_t (1 − λ_t κ_t) V'_t``, ``β_t = γ_t λ_t κ_t``."""
     R, V, NV, BOOT, TERM, TRUNC, GAMMA, LMBDA = ins
     r = load(R, s[0], tile, ACC)
@@ -15,10 +15,10 @@ def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
     done = term | load_flag(TRUNC, s[5], tile, 0, T)
     nu = (~term).to(ACC)
     kappa = ((~done) & (tile[0] < T - 1)).to(ACC)
-    gamma = load_coef(GAMMA, s[6], tile, params[0], 0, T, ACC)
-    lmbda = load_coef(LMBDA, s[7], tile, params[1], 0, T, ACC)
+    gamma = load_coef(GAMMA, s[6], tile, scalars[0], 0, T, ACC)
+    lmbda = load_coef(LMBDA, s[7], tile, scalars[1], 0, T, ACC)
     if GAMMA is None and LMBDA is None:
-        gamma_lmbda = scalar(params[2], ACC)
+        gamma_lmbda = scalar(scalars[2], ACC)
     else:
         gamma_lmbda = gamma * lmbda
     alpha = r + gamma * nu * (1 - lmbda * kappa) * v_next
@@ -26,6 +26,6 @@ def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
 
 
 @triton.jit
-def emit(outs, s, params, A, carry, keep, tile, T):
+def emit(outs, s, scalars, A, A_in, keep, tile, T):
     (OUT,) = outs
     store(OUT, s, tile, A)

@@ -3,12 +3,12 @@ import triton
 import triton.language as tl
 
 from ..._triton.engine import (
-    load, load_coef, load_flag, load_shifted, scalar, shift_next, store, value_after,
+    load, load_coef, load_flag, load_shifted, scalar, store, value_after,
 )
 
 
 @triton.jit
-def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
+def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """``α_t = ρ̄_t (r_t + γ_t ν_t V'_t − V_t)``, ``β_t = γ_t c_t κ_t`` with
     ``ρ̄_t = min(ρ̄, ρ_t)`` and ``c_t = λ_t min(c̄, ρ_t)``."""
     R, V, LOG_RHO, NV, BOOT, TERM, TRUNC, GAMMA, LMBDA = ins
@@ -24,22 +24,22 @@ def coeffs(ins, s, params, tile, T, ACC: tl.constexpr):
     done = term | load_flag(TRUNC, s[6], tile, 0, T)
     nu = (~term).to(ACC)
     kappa = (~done) & (tile[0] < T - 1)
-    gamma = load_coef(GAMMA, s[7], tile, params[0], 0, T, ACC)
-    lmbda = load_coef(LMBDA, s[8], tile, params[1], 0, T, ACC)
-    rho_bar = tl.minimum(rho, scalar(params[2], ACC), propagate_nan=tl.PropagateNan.ALL)
-    c = lmbda * tl.minimum(rho, scalar(params[3], ACC), propagate_nan=tl.PropagateNan.ALL)
+    gamma = load_coef(GAMMA, s[7], tile, scalars[0], 0, T, ACC)
+    lmbda = load_coef(LMBDA, s[8], tile, scalars[1], 0, T, ACC)
+    rho_bar = tl.minimum(rho, scalar(scalars[2], ACC), propagate_nan=tl.PropagateNan.ALL)
+    c = lmbda * tl.minimum(rho, scalar(scalars[3], ACC), propagate_nan=tl.PropagateNan.ALL)
     delta = rho_bar * (r + gamma * v_next * nu - v)
     return delta, gamma * c * kappa.to(ACC), (r, v, v_next, v_ahead, rho, gamma, nu, kappa)
 
 
 @triton.jit
-def emit(outs, s, params, A, carry, keep, tile, T):
+def emit(outs, s, scalars, A, A_in, keep, tile, T):
     """``vs_t = V_t + A_t``; ``pg_t = ρ̄ᵖᵍ_t (r_t + γ_t ν_t v̂_t − V_t)`` with
     ``v̂_t = vs_{t+1}`` inside the episode and ``V'_t`` where the trace is cut."""
     VS, PG = outs
     r, v, v_next, v_ahead, rho, gamma, nu, kappa = keep
     store(VS, s, tile, v + A)
-    vs_ahead = v_ahead + shift_next(A, carry, A.shape[0])
+    vs_ahead = v_ahead + A_in  # vs_{t+1} = V_{t+1} + A_{t+1}
     v_hat = tl.where(kappa, vs_ahead, v_next)
-    rho_pg = tl.minimum(rho, scalar(params[4], A.dtype), propagate_nan=tl.PropagateNan.ALL)
+    rho_pg = tl.minimum(rho, scalar(scalars[4], A.dtype), propagate_nan=tl.PropagateNan.ALL)
     store(PG, s, tile, rho_pg * (r + gamma * nu * v_hat - v))
