@@ -147,6 +147,8 @@ def check_device(name: str, x: torch.Tensor, device: torch.device, anchor: str) 
 
 
 def normalise_time_dim(time_dim, ndim: int, anchor: str) -> int:
+    if type(time_dim) is int and 0 <= time_dim < ndim:
+        return time_dim
     if isinstance(time_dim, bool) or not isinstance(time_dim, numbers.Integral):
         raise TypeError(f"time_dim must be an int, got {type(time_dim).__name__}")
     if ndim == 0:

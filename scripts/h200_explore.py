@@ -57,6 +57,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--tune", action="store_true", help="focused sweep of small-block configs for [T, N] inputs")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "bench-out")
     os.makedirs(out_dir, exist_ok=True)
@@ -177,6 +178,9 @@ def main():
                   (262144, 16, "tn"), (1_000_000, 1, "tn"), (2048, 4096, "nt"), (128, 4096, "nt"), (262144, 16, "nt")]
         if args.quick:
             shapes = shapes[:3]
+        if args.tune:
+            shapes = [(128, 4096, "tn"), (2048, 4096, "tn"), (512, 16384, "tn"), (16, 16384, "tn"), (8, 65536, "tn"),
+                      (262144, 16, "tn"), (2048, 4096, "nt")]
         stripe_variants = [
             dict(kind="stripe", block_b=32, stripes=8, steps=16, num_warps=4),
             dict(kind="stripe", block_b=32, stripes=4, steps=16, num_warps=2),
@@ -194,6 +198,27 @@ def main():
             dict(kind="scan", block_t=64, block_b=128, num_warps=1),
             dict(kind="scan", block_t=32, block_b=256, num_warps=2),
         ]
+        if args.tune:
+            stripe_variants = [
+                dict(kind="stripe", block_b=16, stripes=16, steps=8, num_warps=4),
+                dict(kind="stripe", block_b=8, stripes=16, steps=8, num_warps=2),
+                dict(kind="stripe", block_b=16, stripes=8, steps=8, num_warps=2),
+                dict(kind="stripe", block_b=8, stripes=32, steps=4, num_warps=4),
+                dict(kind="stripe", block_b=32, stripes=1, steps=8, num_warps=1),
+                dict(kind="stripe", block_b=64, stripes=1, steps=8, num_warps=2),
+            ]
+            scan_variants = [
+                dict(kind="scan", block_t=128, block_b=32, num_warps=4),
+                dict(kind="scan", block_t=128, block_b=16, num_warps=4),
+                dict(kind="scan", block_t=256, block_b=16, num_warps=4),
+                dict(kind="scan", block_t=128, block_b=8, num_warps=4),
+                dict(kind="scan", block_t=256, block_b=8, num_warps=4),
+                dict(kind="scan", block_t=128, block_b=8, num_warps=2),
+                dict(kind="scan", block_t=512, block_b=8, num_warps=8),
+                dict(kind="scan", block_t=64, block_b=16, num_warps=2),
+                dict(kind="scan", block_t=16, block_b=64, num_warps=2),
+                dict(kind="scan", block_t=8, block_b=128, num_warps=4),
+            ]
         nt_variants = [
             dict(kind="scan", block_t=256, block_b=4, num_warps=4),
             dict(kind="scan", block_t=1024, block_b=4, num_warps=4),
@@ -228,7 +253,12 @@ def main():
                     continue
                 if base.get("steps", 1) * base.get("stripes", 1) > max(8, triton.next_power_of_2(T)):
                     continue
-                for chunks in ((1,) if N >= 4096 and T <= 512 else (1, 8, 64, 512)):
+                chunk_set = (1, 8, 64, 512)
+                if N >= 4096 and T <= 512:
+                    chunk_set = (1,)
+                elif args.tune:
+                    chunk_set = (1,) if N >= 4096 else (64, 256)
+                for chunks in chunk_set:
                     kw = dict(base, n_chunks=chunks)
                     try:
                         with L.forced_config(**kw):
@@ -250,12 +280,23 @@ def main():
     boot = torch.randn(4096, device=dev)
     gae_call = lambda: rlscan.gae(r, v, bootstrap_value=boot, terminated=term)  # noqa: E731
     full = timed_full(gae_call, n=3000)
-    L._launcher.enabled = False
+    direct = L.LaunchPlan.direct
+    L.LaunchPlan.direct = False
+    L._PLANS.clear()
     full_jit = timed_full(gae_call, n=3000)
-    L._launcher.enabled = True
+    L.LaunchPlan.direct = direct
+    L._PLANS.clear()
     print(f"host: gae 4096x128 full call {full:.2f} us = {full/launch_floor:.2f}x launch floor "
-          f"(through JITFunction.run: {full_jit:.2f} us)")
+          f"(through JITFunction.run: {full_jit:.2f} us); direct launch: {L.LaunchPlan.direct} "
+          f"{L.LaunchPlan.disabled_reason}")
     results["gae_4096x128_full_us"] = full
+    # the cached direct launch must stay right when pointer alignment changes between calls
+    want = ref.gae(r, v, bootstrap_value=boot, terminated=term)
+    shifted = torch.empty(r.numel() + 1, device=dev)[1:].view_as(r).copy_(r)
+    for x in (r, shifted, r, shifted):
+        got = rlscan.gae(x, v, bootstrap_value=boot, terminated=term)
+        err = ((got.advantages.double().cpu() - want.advantages).norm() / want.advantages.norm()).item()
+        print(f"direct-launch check (aligned={x.data_ptr() % 16 == 0}): rel err {err:.1e}")
     import cProfile
     import io
     import pstats

@@ -143,48 +143,6 @@ def split(x: float) -> tuple:
 # ----------------------------------------------------------------------------- launching
 
 
-class _DirectLauncher:
-    """Calls a compiled kernel's launcher directly once Triton has compiled it.
-
-    Triton's ``JITFunction.run`` re-derives the cache key on every call; here the key is
-    the argument binder's specialisation (computed natively) plus the launch options, and
-    the compiled kernel is looked up in a plain dict.
-    """
-
-    def __init__(self):
-        self.enabled = True
-        self.compiled: dict = {}
-
-    def __call__(self, fn, grid, args, kwargs) -> None:
-        if not self.enabled or interpreting():
-            fn[grid](*args, **kwargs)
-            return
-        try:
-            from triton import knobs
-
-            if knobs.runtime.launch_enter_hook is not None:
-                fn[grid](*args, **kwargs)
-                return
-            device = torch.cuda.current_device()
-            binder = fn.device_caches[device][-1]
-            bound, specialization, options = binder(*args, **kwargs)
-            key = (id(fn), tuple(specialization), tuple(sorted(options.items())))
-        except Exception:  # noqa: BLE001 - an unknown Triton version: use its own path from now on
-            self.enabled = False
-            fn[grid](*args, **kwargs)
-            return
-        kernel = self.compiled.get(key)
-        if kernel is None:
-            self.compiled[key] = fn[grid](*args, **kwargs)
-            return
-        grid = grid + (1,) * (3 - len(grid))
-        kernel.run(grid[0], grid[1], grid[2], torch._C._cuda_getCurrentRawStream(device), kernel.function,
-                   kernel.packed_metadata, None, None, None, *bound.values())
-
-
-_launcher = _DirectLauncher()
-
-
 def _reach(x: torch.Tensor) -> int:
     """The largest element offset a kernel adds to the tensor's pointer."""
     return sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride()) if n > 1)
@@ -196,50 +154,113 @@ def _acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
-def launch(
-    spec,
-    layout,
-    ins: tuple,
-    in_strides: tuple,
-    outs: tuple,
-    out_strides: tuple,
-    scalars: tuple,
-    *,
-    compute_dtype: torch.dtype,
-    time_contiguous: bool,
-    exact: bool = False,
-    init=None,
-    init_strides=(0, 0, 0),
-):
-    """Run the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on a ``[T, B]`` grid."""
-    from .engine import scan_kernel, stripe_kernel
+class LaunchPlan:
+    """Everything about a launch that depends only on the call's signature (shapes,
+    strides, dtypes, pointer alignment, settings), prepared once and reused.
 
-    coeffs, emit, reverse = spec
-    T, B = layout.T, layout.B
+    The first launch of each phase goes through Triton's ``JITFunction`` (which compiles);
+    later ones call the compiled kernel's launcher directly. That is safe because the
+    signature the plan is cached under fixes every value Triton specialises on.
+    """
+
+    direct = True  # set False (with the reason) if this Triton's internals differ
+    disabled_reason = ""
+
+    def __init__(self, spec, layout, in_strides, out_strides, init_strides, *, compute_dtype, time_contiguous,
+                 exact, device, wide):
+        from .engine import scan_kernel, stripe_kernel
+
+        coeffs, emit, reverse = spec
+        T, B = layout.T, layout.B
+        self.cfg = cfg = choose_config(T, B, time_contiguous, exact, device)
+        self.device = device
+        self.compute_dtype = compute_dtype
+        self.grid = (math.ceil(B / cfg.block_b), cfg.n_chunks, 1)
+        self.agg_numel = 2 * cfg.n_chunks * B if cfg.n_chunks > 1 else 0
+        kwargs = dict(
+            COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(compute_dtype), BLOCK_B=cfg.block_b,
+            BLOCK_C=cfg.block_c, TWO_LEVEL=layout.two_level, WIDE=wide,
+        )
+        if cfg.kind == "scan":
+            self.fn = scan_kernel
+            kwargs["BLOCK_T"] = cfg.block_t
+        else:
+            self.fn = stripe_kernel
+            kwargs["STRIPES"] = cfg.stripes
+            kwargs["STEPS"] = cfg.steps
+        self.constexprs = kwargs
+        self.options = dict(num_warps=cfg.num_warps)
+        if exact:
+            self.options["enable_fp_fusion"] = False
+        self.fixed = (in_strides, out_strides, tuple(init_strides), T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
+        self.phases = (0,) if cfg.n_chunks == 1 else (1, 2)
+        self.compiled: dict = {}
+        self.constexpr_values: dict = {}
+
+    def __call__(self, ins, outs, scalars, init) -> None:
+        in_strides, out_strides, init_strides, T, B, B_lo, chunk_len, n_chunks = self.fixed
+        agg = torch.empty(self.agg_numel, dtype=self.compute_dtype, device=self.device) if self.agg_numel else None
+        args = (ins, in_strides, outs, out_strides, tuple(split(float(x)) for x in scalars), init, init_strides, agg,
+                T, B, B_lo, chunk_len, n_chunks)
+        for phase in self.phases:
+            kernel = self.compiled.get(phase)
+            if kernel is None or interpreting():
+                self._first_launch(phase, args)
+            else:
+                kernel.run(self.grid[0], self.grid[1], self.grid[2],
+                           torch._C._cuda_getCurrentRawStream(self.device.index), kernel.function,
+                           kernel.packed_metadata, None, None, None, *args, *self.constexpr_values[phase])
+
+    def _first_launch(self, phase, args) -> None:
+        kwargs = dict(self.constexprs, PHASE=phase, **self.options)
+        kernel = self.fn[self.grid[:2]](*args, **kwargs)
+        if interpreting() or not LaunchPlan.direct:
+            return
+        try:
+            from triton import knobs
+
+            names = list(self.fn.arg_names)
+            if tuple(names[: len(args)]) != _POSITIONAL:
+                raise RuntimeError(f"unexpected kernel signature {names}")
+            if kernel is None or not hasattr(kernel, "packed_metadata"):
+                raise RuntimeError(f"JITFunction.run returned {type(kernel).__name__}, not a compiled kernel")
+            if knobs.runtime.launch_enter_hook is not None:
+                raise RuntimeError("a launch hook is installed")
+            self.constexpr_values[phase] = tuple(kwargs[n] for n in names[len(args):])
+            self.compiled[phase] = kernel
+        except Exception as exc:  # noqa: BLE001 - fall back to Triton's own launch path
+            LaunchPlan.direct = False
+            LaunchPlan.disabled_reason = repr(exc)
+
+
+_POSITIONAL = ("ins", "in_strides", "outs", "out_strides", "scalars", "INIT", "init_strides", "AGG",
+               "T", "B", "B_lo", "chunk_len", "n_chunks")
+_PLANS: dict = {}
+
+
+def _key(signature):
+    return signature, _forced and tuple(sorted(_forced.items()))
+
+
+def launch_cached(signature, ins, outs, scalars, init) -> bool:
+    """Launch with the plan cached under ``signature``; False when there is none yet."""
+    plan = _PLANS.get(_key(signature))
+    if plan is None:
+        return False
+    plan(ins, outs, scalars, init)
+    return True
+
+
+def launch(spec, layout, ins, in_strides, outs, out_strides, scalars, *, compute_dtype, time_contiguous,
+           exact=False, init=None, init_strides=(0, 0, 0), signature=None):
+    """Run the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on a ``[T, B]`` grid.
+
+    ``signature``, when given, identifies everything the plan depends on (the caller
+    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it."""
     device = next(o for o in outs if o is not None).device
-    cfg = choose_config(T, B, time_contiguous, exact, device)
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
-    grid = (math.ceil(B / cfg.block_b), cfg.n_chunks)
-    agg = None
-    if cfg.n_chunks > 1:
-        agg = torch.empty(2 * cfg.n_chunks * B, dtype=compute_dtype, device=device)
-    kwargs = dict(
-        COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(compute_dtype), BLOCK_B=cfg.block_b,
-        BLOCK_C=cfg.block_c, TWO_LEVEL=layout.two_level, WIDE=wide, num_warps=cfg.num_warps,
-    )
-    if cfg.kind == "scan":
-        kernel = scan_kernel
-        kwargs["BLOCK_T"] = cfg.block_t
-    else:
-        kernel = stripe_kernel
-        kwargs["STRIPES"] = cfg.stripes
-        kwargs["STEPS"] = cfg.steps
-    if exact:
-        kwargs["enable_fp_fusion"] = False
-    args = (ins, in_strides, outs, out_strides, tuple(split(float(x)) for x in scalars), init, tuple(init_strides),
-            agg, T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
-    if cfg.n_chunks == 1:
-        _launcher(kernel, grid, args, dict(kwargs, PHASE=0))
-    else:
-        _launcher(kernel, grid, args, dict(kwargs, PHASE=1))
-        _launcher(kernel, grid, args, dict(kwargs, PHASE=2))
+    plan = LaunchPlan(spec, layout, in_strides, out_strides, init_strides, compute_dtype=compute_dtype,
+                      time_contiguous=time_contiguous, exact=exact, device=device, wide=wide)
+    if signature is not None and len(_PLANS) < 4096:
+        _PLANS[_key(signature)] = plan
+    plan(ins, outs, scalars, init)
