@@ -54,6 +54,12 @@ class OpSpec(NamedTuple):
     differentiable: Callable  # (call, *tensors, *scalars) -> tuple of outputs
     time_contiguous_of: int = 0  # which input decides the tile orientation
     init_of: Optional[int] = None  # which input, if any, is the carry into the first step
+    compiled: Optional[Callable] = None  # (call, tensors, scalars, exact) -> outputs, inside torch.compile
+
+    @property
+    def batch_mask(self) -> tuple:
+        """For each input, whether it holds one value per environment (no time axis)."""
+        return tuple(kind == "batch" for _, kind in self.inputs)
 
 
 def _compiling() -> bool:
@@ -72,7 +78,6 @@ class Call:
         self.device = x.device
         self.time_dim = normalise_time_dim(time_dim, x.ndim, anchor_name)
         self.batch_shape = self.shape[: self.time_dim] + self.shape[self.time_dim + 1 :]
-        self.batch_ids: set = set()
         self.dtypes = [x.dtype]
         if out_dtype is not None and out_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
             raise TypeError(f"out_dtype must be a floating torch dtype or None, got {out_dtype!r}")
@@ -107,7 +112,6 @@ class Call:
                 f"{self.time_dim}), {tuple(self.batch_shape)}, got {tuple(x.shape)}"
             )
         self.dtypes.append(x.dtype)
-        self.batch_ids.add(id(x))
         return x
 
     def flags(self, name: str, x) -> Optional[torch.Tensor]:
@@ -175,6 +179,12 @@ class Call:
             return self.finish(self.new_outputs(op.n_out))
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
             return self.finish(op.differentiable(self, *tensors, *scalars))
+        if _compiling():
+            if op.compiled is not None:
+                return op.compiled(self, tensors, scalars, exact)
+            from ._library import fused
+
+            return tuple(fused(op)(list(tensors), list(scalars), self.time_dim, exact, self.out_dtype))
         outs = self.new_outputs(op.n_out)
         self.compute(op, tensors, scalars, outs, exact)
         return self.finish(outs)
@@ -191,8 +201,9 @@ class Call:
                          tuple(map(_signature, outs)))
             if launch_cached(signature, tensors, outs, scalars, init):
                 return
-        full = [t for t in tensors + tuple(outs) if t is not None and id(t) not in self.batch_ids]
-        batch = [t for t in tensors if t is not None and id(t) in self.batch_ids]
+        is_batch = op.batch_mask
+        full = [t for t, b in zip(tensors, is_batch) if t is not None and not b] + [o for o in outs if o is not None]
+        batch = [t for t, b in zip(tensors, is_batch) if t is not None and b]
         layout = plan_layout(self.shape, self.time_dim, full, batch)
         if layout is None:
             return self._split(op, tensors, scalars, outs, exact)
@@ -201,14 +212,14 @@ class Call:
         else:
             from ._cpu import run_cpu
 
-            run_cpu(op, layout, tensors, self.batch_ids, scalars, outs, self.compute_dtype)
+            run_cpu(op, layout, tensors, scalars, outs, self.compute_dtype)
 
     def _triton(self, op: OpSpec, layout, tensors, scalars, outs, exact, signature) -> None:
         from ._triton.launch import launch
 
         strides = tuple(
-            tuple(layout.batch_strides(t) if t is not None and id(t) in self.batch_ids else layout.strides(t))
-            for t in tensors
+            tuple(layout.batch_strides(t) if b else layout.strides(t))
+            for t, b in zip(tensors, op.batch_mask)
         )
         lead = tensors[op.time_contiguous_of]
         time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1
@@ -229,19 +240,11 @@ class Call:
             sub.shape = self.shape[:d] + self.shape[d + 1 :]
             sub.time_dim = self.time_dim - (d < self.time_dim)
             sub.batch_shape = self.batch_shape[:db] + self.batch_shape[db + 1 :]
-            picked = []
-            ids = set()
-            for t in tensors:
-                if t is None:
-                    picked.append(None)
-                elif id(t) in self.batch_ids:
-                    picked.append(t.select(db, i))
-                    ids.add(id(picked[-1]))
-                else:
-                    picked.append(t.select(d, i))
-            sub.batch_ids = ids
+            picked = tuple(
+                None if t is None else t.select(db if b else d, i) for t, b in zip(tensors, op.batch_mask)
+            )
             sub.anchor = self.anchor.select(d, i)
-            sub.compute(op, tuple(picked), scalars, tuple(o.select(d, i) for o in outs), exact)
+            sub.compute(op, picked, scalars, tuple(o.select(d, i) for o in outs), exact)
 
 
 def _signature(x: Optional[torch.Tensor]):

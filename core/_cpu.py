@@ -47,12 +47,12 @@ def _view3(t: torch.Tensor, layout, batch: bool, compute_dtype: torch.dtype) -> 
     return v.numpy()
 
 
-def run_cpu(op, layout, tensors, batch_ids, scalars, outs, compute_dtype) -> None:
+def run_cpu(op, layout, tensors, scalars, outs, compute_dtype) -> None:
     """Run ``op.cpu`` on ``[T, Bh, Bl]`` views and write into ``outs``."""
     if not HAVE_NUMBA:
         warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=3)
     arrays = [
-        None if t is None else _view3(t, layout, id(t) in batch_ids, compute_dtype) for t in tensors
+        None if t is None else _view3(t, layout, b, compute_dtype) for t, b in zip(tensors, op.batch_mask)
     ]
     work = [o if o is None or o.dtype == compute_dtype else torch.empty_like(o, dtype=compute_dtype) for o in outs]
     views = [None if w is None else _view3(w, layout, False, compute_dtype) for w in work]

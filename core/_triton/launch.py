@@ -101,19 +101,21 @@ _MAX_CHUNK_TILE = 4096
 
 
 def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int) -> Config:
-    if time_contiguous:
-        block_b = min(4, _pow2(B))
-        cfg = Config("scan", block_b, 4, block_t=min(1024, _pow2(T)))
+    """The settings that measured fastest on an H200 (docs/perf-notes.md, 2026-11-29)."""
+    if time_contiguous or B == 1:
+        cfg = Config("scan", min(4, _pow2(B)), 4, block_t=min(256, _pow2(T)))
+    elif T <= 8:
+        cfg = Config("stripe", min(64, _pow2(B)), 2, steps=_pow2(T))
+    elif T <= 16:
+        cfg = Config("scan", min(64, _pow2(B)), 2, block_t=16)
+    elif T <= 128:
+        cfg = Config("stripe", min(8, _pow2(B)), 4, stripes=min(32, _pow2(math.ceil(T / 4))), steps=4)
     else:
-        block_b = min(32, _pow2(B))
-        steps = min(16, _pow2(T))
-        stripes = max(1, min(8, _pow2(math.ceil(T / steps))))
-        num_warps = max(1, min(8, stripes * block_b // 64))
-        cfg = Config("stripe", block_b, num_warps, stripes=stripes, steps=steps)
+        cfg = Config("scan", min(16, _pow2(B)), 4, block_t=256 if T >= 1024 else 128)
     b_programs = math.ceil(B / cfg.block_b)
-    want = 2 * n_sm
+    want = 4 * n_sm
     n_windows = math.ceil(T / _window(cfg))
-    if b_programs >= want or n_windows < 4:
+    if b_programs >= n_sm or n_windows < 4:
         return _with_chunks(cfg, T, 1)
     n_chunks = min(n_windows, math.ceil(want / b_programs), max(1, _MAX_CHUNK_TILE // cfg.block_b))
     return _with_chunks(cfg, T, n_chunks)
@@ -207,9 +209,16 @@ class LaunchPlan:
             if kernel is None or interpreting():
                 self._first_launch(phase, args)
             else:
-                kernel.run(self.grid[0], self.grid[1], self.grid[2],
-                           torch._C._cuda_getCurrentRawStream(self.device.index), kernel.function,
-                           kernel.packed_metadata, None, None, None, *args, *self.constexpr_values[phase])
+                self._direct_launch(kernel, args + self.constexpr_values[phase])
+
+    def _direct_launch(self, kernel, args) -> None:
+        from triton import knobs
+
+        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        meta = None if enter is None else kernel.launch_metadata(self.grid, stream, *args)
+        kernel.run(self.grid[0], self.grid[1], self.grid[2], stream, kernel.function, kernel.packed_metadata,
+                   meta, enter, leave, *args)
 
     def _first_launch(self, phase, args) -> None:
         kwargs = dict(self.constexprs, PHASE=phase, **self.options)
@@ -222,10 +231,8 @@ class LaunchPlan:
             names = list(self.fn.arg_names)
             if tuple(names[: len(args)]) != _POSITIONAL:
                 raise RuntimeError(f"unexpected kernel signature {names}")
-            if kernel is None or not hasattr(kernel, "packed_metadata"):
+            if kernel is None or not hasattr(kernel, "packed_metadata") or not hasattr(knobs.runtime, "launch_enter_hook"):
                 raise RuntimeError(f"JITFunction.run returned {type(kernel).__name__}, not a compiled kernel")
-            if knobs.runtime.launch_enter_hook is not None:
-                raise RuntimeError("a launch hook is installed")
             self.constexpr_values[phase] = tuple(kwargs[n] for n in names[len(args):])
             self.compiled[phase] = kernel
         except Exception as exc:  # noqa: BLE001 - fall back to Triton's own launch path

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..._call import Call, OpSpec, value_after_rule
+from ..._library import register_fused
 from .. import _forms
 from ..linear_scan import linear_scan
 
@@ -36,6 +37,7 @@ OP = OpSpec(
     cpu=_cpu,
     differentiable=_differentiable,
 )
+register_fused(OP)
 
 
 def discounted_returns(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..._call import Call, OpSpec
+from ..._library import register_fused
 from .. import _forms
 from ..linear_scan import linear_scan
 
@@ -38,6 +39,7 @@ OP = OpSpec(
     differentiable=_differentiable,
     init_of=4,
 )
+register_fused(OP)
 
 
 def eligibility_traces(x, *, dones, gamma, lmbda, initial=None, time_dim=0, exact=False, out_dtype=None):

@@ -4,8 +4,6 @@ from __future__ import annotations
 import functools
 import numbers
 
-import torch
-
 from ..._call import Call, OpSpec
 
 
@@ -23,49 +21,23 @@ def _adjoint_kernel(reverse: bool):
 
 
 def _cpu(reverse: bool, adjoint: bool):
-    from . import cpu
+    def run(*args):
+        from . import cpu
 
-    return functools.partial(cpu.run_adjoint if adjoint else cpu.run_scan, reverse=reverse)
+        (cpu.run_adjoint if adjoint else cpu.run_scan)(*args, reverse=reverse)
 
-
-class _LinearScan(torch.autograd.Function):
-    """Forward: one fused scan. Backward: one fused scan the other way (the adjoint)."""
-
-    @staticmethod
-    def forward(ctx, call, spec, alpha, beta, initial, beta_value, reverse):
-        (out,) = call.new_outputs(1)
-        call.compute(spec, (alpha, beta, initial), (beta_value,), (out,), exact=False)
-        ctx.save_for_backward(beta, initial, out)
-        ctx.call, ctx.beta_value, ctx.reverse = call, beta_value, reverse
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        beta, initial, out = ctx.saved_tensors
-        call, reverse = ctx.call, ctx.reverse
-        need_alpha, need_beta, need_init = ctx.needs_input_grad[2:5]
-        g = Call("grad", grad, call.time_dim)
-        grad_alpha = torch.empty_like(out)
-        grad_beta = torch.empty_like(out) if need_beta else None
-        spec = ADJOINT_REVERSE if reverse else ADJOINT_FORWARD
-        g.batch_ids = {id(initial)} if initial is not None else set()
-        g.compute(spec, (grad, beta, out, initial), (ctx.beta_value,), (grad_alpha, grad_beta), exact=False)
-        grad_init = None
-        if need_init:
-            T = out.shape[call.time_dim]
-            edge = T - 1 if reverse else 0
-            b = ctx.beta_value if beta is None else beta.select(call.time_dim, edge)
-            grad_init = (grad_alpha.select(call.time_dim, edge) * b).to(initial.dtype)
-        return (
-            None, None,
-            grad_alpha if need_alpha else None,
-            grad_beta, grad_init, None, None,
-        )
+    return run
 
 
 def _differentiable(call, alpha, beta, initial, beta_value, *, reverse):
-    spec = REVERSE if reverse else FORWARD
-    return (_LinearScan.apply(call, spec, alpha, beta, initial, beta_value, reverse),)
+    """Through ``rlscan::linear_scan``, whose registered backward is the adjoint scan."""
+    from ..._library import linear_scan_op
+
+    return (linear_scan_op(alpha, beta, initial, beta_value, reverse, call.time_dim, call.out_dtype),)
+
+
+def _compiled(call, tensors, scalars, exact, *, reverse):
+    return _differentiable(call, *tensors, *scalars, reverse=reverse)
 
 
 def _spec(name, reverse, adjoint=False):
@@ -79,13 +51,14 @@ def _spec(name, reverse, adjoint=False):
         cpu=_cpu(reverse, adjoint),
         differentiable=functools.partial(_differentiable, reverse=reverse),
         init_of=None if adjoint else 2,
+        compiled=functools.partial(_compiled, reverse=reverse),
     )
 
 
 FORWARD = _spec("linear_scan", reverse=False)
-REVERSE = _spec("linear_scan", reverse=True)
+REVERSE = _spec("linear_scan_reverse", reverse=True)
 ADJOINT_FORWARD = _spec("linear_scan_adjoint", reverse=False, adjoint=True)
-ADJOINT_REVERSE = _spec("linear_scan_adjoint", reverse=True, adjoint=True)
+ADJOINT_REVERSE = _spec("linear_scan_reverse_adjoint", reverse=True, adjoint=True)
 
 
 def linear_scan(alpha, beta, *, reverse=False, initial=None, time_dim=0, exact=False, out_dtype=None):

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import torch
 
 from ..._call import Call, OpSpec, value_after_rule
+from ..._library import register_fused
 from ..._inputs import check_clip
 from .. import _forms
 from ..linear_scan import linear_scan
@@ -55,6 +56,7 @@ OP = OpSpec(
     cpu=_cpu,
     differentiable=_differentiable,
 )
+register_fused(OP)
 
 
 def vtrace(
