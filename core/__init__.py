@@ -9,7 +9,7 @@ from .ops.eligibility_traces import eligibility_traces
 from .ops.episodic_cumsum import episodic_cumsum
 from .ops.gae import GAEOutput, gae
 from .ops.linear_scan import linear_scan
-from .ops.retrace import RetraceOutput, retrace
+from .ops.retrace import RetraceOutput, retrace, retrace_from_q
 from .ops.td_lambda import td_lambda
 from .ops.vtrace import VTraceOutput, vtrace
 
@@ -21,6 +21,7 @@ __all__ = [
     "discounted_returns",
     "vtrace",
     "retrace",
+    "retrace_from_q",
     "eligibility_traces",
     "episodic_cumsum",
     "linear_scan",

@@ -61,6 +61,24 @@ class OpSpec(NamedTuple):
         """For each input, whether it holds one value per environment (no time axis)."""
         return tuple(kind == "batch" for _, kind in self.inputs)
 
+    @property
+    def kinds(self) -> tuple:
+        return tuple(kind for _, kind in self.inputs)
+
+
+def grid_view(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """The part of ``x`` laid out on the ``[T, *B]`` grid: an action table's first column."""
+    return x.select(-1, 0) if kind == "table" else x
+
+
+def kernel_strides(layout, x: Optional[torch.Tensor], kind: str) -> tuple:
+    """``(s_t, s_hi, s_lo)``; an action table adds ``(s_action, n_actions)``."""
+    if kind == "batch":
+        return tuple(layout.batch_strides(x))
+    if kind == "table":
+        return tuple(layout.strides(x.select(-1, 0))) + (x.stride(-1), x.shape[-1])
+    return tuple(layout.strides(x))
+
 
 def _compiling() -> bool:
     return torch.compiler.is_compiling()
@@ -112,6 +130,30 @@ class Call:
                 f"{self.time_dim}), {tuple(self.batch_shape)}, got {tuple(x.shape)}"
             )
         self.dtypes.append(x.dtype)
+        return x
+
+    def table(self, name: str, x, like: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """A floating ``[*shape, A]`` table of per-action values (``A >= 1``)."""
+        x = self._tensor(name, x)
+        check_float(name, x)
+        if x.shape[:-1] != self.shape or x.dim() != len(self.shape) + 1 or x.shape[-1] < 1:
+            raise ValueError(
+                f"{name} must have the shape of {self.anchor_name} plus a last axis of actions, "
+                f"{tuple(self.shape)} + (A,), got {tuple(x.shape)}"
+            )
+        if like is not None and x.shape != like.shape:
+            raise ValueError(f"{name} must have the shape of the action values, {tuple(like.shape)}, got {tuple(x.shape)}")
+        self.dtypes.append(x.dtype)
+        return x
+
+    def actions(self, name: str, x, n_actions: int) -> torch.Tensor:
+        """Integer action indices in ``[0, n_actions)``, of the anchor's shape."""
+        x = self._tensor(name, x)
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor of action indices, got {x.dtype}")
+        check_shape(name, x, self.shape, self.anchor_name)
+        if x.device.type == "cpu" and not _compiling() and x.numel() and not bool(((x >= 0) & (x < n_actions)).all()):
+            raise ValueError(f"{name} must lie in [0, {n_actions}) (the number of actions)")
         return x
 
     def flags(self, name: str, x) -> Optional[torch.Tensor]:
@@ -201,9 +243,10 @@ class Call:
                          tuple(map(_signature, outs)))
             if launch_cached(signature, tensors, outs, scalars, init):
                 return
-        is_batch = op.batch_mask
-        full = [t for t, b in zip(tensors, is_batch) if t is not None and not b] + [o for o in outs if o is not None]
-        batch = [t for t, b in zip(tensors, is_batch) if t is not None and b]
+        kinds = op.kinds
+        full = [grid_view(t, k) for t, k in zip(tensors, kinds) if t is not None and k != "batch"]
+        full += [o for o in outs if o is not None]
+        batch = [t for t, k in zip(tensors, kinds) if t is not None and k == "batch"]
         layout = plan_layout(self.shape, self.time_dim, full, batch)
         if layout is None:
             return self._split(op, tensors, scalars, outs, exact)
@@ -218,8 +261,7 @@ class Call:
         from ._triton.launch import launch
 
         strides = tuple(
-            tuple(layout.batch_strides(t) if b else layout.strides(t))
-            for t, b in zip(tensors, op.batch_mask)
+            (0, 0, 0) if t is None else kernel_strides(layout, t, k) for t, k in zip(tensors, op.kinds)
         )
         lead = tensors[op.time_contiguous_of]
         time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1

@@ -32,10 +32,16 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps exot
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _view3(t: torch.Tensor, layout, batch: bool, compute_dtype: torch.dtype) -> np.ndarray:
+def _view3(t: torch.Tensor, layout, kind: str, compute_dtype: torch.dtype) -> np.ndarray:
+    """``[T, Bh, Bl]`` (``[1, Bh, Bl]`` for per-environment values, ``[T, Bh, Bl, A]`` for
+    action tables)."""
+    from ._call import kernel_strides
+
     Bh = layout.B // layout.B_lo
-    s = layout.batch_strides(t) if batch else layout.strides(t)
-    shape = (1 if batch else layout.T, Bh, layout.B_lo)
+    s = kernel_strides(layout, t, kind)
+    shape = (1 if kind == "batch" else layout.T, Bh, layout.B_lo)
+    if kind == "table":
+        shape, s = shape + (t.shape[-1],), s[:4]
     v = t.detach().as_strided(shape, tuple(s), t.storage_offset())
     if v.dtype == torch.bool:
         return v.numpy().view(np.uint8)
@@ -52,10 +58,10 @@ def run_cpu(op, layout, tensors, scalars, outs, compute_dtype) -> None:
     if not HAVE_NUMBA:
         warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=3)
     arrays = [
-        None if t is None else _view3(t, layout, b, compute_dtype) for t, b in zip(tensors, op.batch_mask)
+        None if t is None else _view3(t, layout, k, compute_dtype) for t, k in zip(tensors, op.kinds)
     ]
     work = [o if o is None or o.dtype == compute_dtype else torch.empty_like(o, dtype=compute_dtype) for o in outs]
-    views = [None if w is None else _view3(w, layout, False, compute_dtype) for w in work]
+    views = [None if w is None else _view3(w, layout, "series", compute_dtype) for w in work]
     op.cpu(layout, arrays, scalars, views, _NUMPY_DTYPE[compute_dtype])
     for o, w in zip(outs, work):
         if o is not w:

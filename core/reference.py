@@ -9,11 +9,11 @@ from .ops.eligibility_traces.reference import eligibility_traces
 from .ops.episodic_cumsum.reference import episodic_cumsum
 from .ops.gae.reference import gae
 from .ops.linear_scan.reference import linear_scan
-from .ops.retrace.reference import retrace
+from .ops.retrace.reference import retrace, retrace_from_q
 from .ops.td_lambda.reference import td_lambda
 from .ops.vtrace.reference import vtrace
 
 __all__ = [
-    "gae", "td_lambda", "discounted_returns", "vtrace", "retrace",
+    "gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
     "eligibility_traces", "episodic_cumsum", "linear_scan",
 ]

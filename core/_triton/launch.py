@@ -246,7 +246,7 @@ _PLANS: dict = {}
 
 
 def _key(signature):
-    return signature, _forced and tuple(sorted(_forced.items()))
+    return signature, tuple(sorted(_forced.items())) if _forced else None
 
 
 def launch_cached(signature, ins, outs, scalars, init) -> bool:

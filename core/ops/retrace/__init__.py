@@ -1,3 +1,3 @@
-from .op import RetraceOutput, retrace
+from .op import RetraceOutput, retrace, retrace_from_q
 
-__all__ = ["retrace", "RetraceOutput"]
+__all__ = ["retrace", "retrace_from_q", "RetraceOutput"]

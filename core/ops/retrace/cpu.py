@@ -48,3 +48,32 @@ def run(layout, arrays, scalars, outs, dtype):
         coef(layout, g, gamma, dtype), coef(layout, lam, lmbda, dtype), dtype(gamma_lmbda),
         g is not None or lam is not None, dtype(c_clip), dtype(1), *outs,
     )
+
+
+@njit
+def table_stats(q_values, probs, actions, mu, q, e, log_rho):
+    """``q_t``, ``E_t`` and ``log ρ_t`` from the action table (NaN for an action out of range)."""
+    T, Bh, Bl, A = q_values.shape
+    for t in range(T):
+        for i in range(Bh):
+            for j in range(Bl):
+                acc = q_values[t, i, j, 0] * probs[t, i, j, 0]
+                for a in range(1, A):
+                    acc += q_values[t, i, j, a] * probs[t, i, j, a]
+                e[t, i, j] = acc
+                a_t = actions[t, i, j]
+                if 0 <= a_t < A:
+                    q[t, i, j] = q_values[t, i, j, a_t]
+                    log_rho[t, i, j] = np.log(probs[t, i, j, a_t]) - mu[t, i, j]
+                else:
+                    q[t, i, j] = np.nan
+                    log_rho[t, i, j] = np.nan
+
+
+def run_table(layout, arrays, scalars, outs, dtype):
+    r, q_values, probs, actions, mu, ne, boot, term, trunc, g, lam = arrays
+    q = np.empty(r.shape, dtype)
+    e = np.empty(r.shape, dtype)
+    log_rho = np.empty(r.shape, dtype)
+    table_stats(q_values, probs, actions, mu, q, e, log_rho)
+    run(layout, [r, q, e, log_rho, ne, boot, term, trunc, g, lam], scalars, outs, dtype)

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, load_coef, load_flag, load_shifted, scalar, store, value_after
+from ..._triton.engine import load, load_batch, load_coef, load_flag, load_shifted, offsets, scalar, store, value_after
 
 
 @triton.jit
@@ -44,3 +44,47 @@ def emit(outs, s, scalars, A, A_in, keep, tile, T):
     (e,) = keep
     store(QRET, s, tile, A)
     store(ADV, s, tile, A - e)
+
+
+# ----------------------------------------------------------------------------- from the action table
+
+BLOCK_A: tl.constexpr = 16  # actions reduced per step of the loop over the table's last axis
+
+
+@triton.jit
+def _step_stats(Q, sq, P, sp, ACT, s_act, MU, s_mu, t, tile, T, ACC: tl.constexpr):
+    """``q_t = Q[t, a_t]``, ``E_t = Σ_a π[t, a] Q[t, a]`` and ``log ρ_t = log π[t, a_t] − log μ_t``
+    at time ``t`` (zeros outside ``[0, T)``; NaN for an action outside ``[0, A)``). The sum
+    over actions runs in blocks of ``BLOCK_A``, so registers do not grow with ``A``."""
+    m = tile[3] & (t >= 0) & (t < T)
+    n_actions = sq[4]
+    a = tl.load(ACT + offsets(s_act, t, tile), mask=m, other=0)
+    valid = (a >= 0) & (a < n_actions)
+    q_row = offsets(sq, t, tile)
+    p_row = offsets(sp, t, tile)
+    q = tl.load(Q + q_row + a * sq[3], mask=m & valid, other=0).to(ACC)
+    p_taken = tl.load(P + p_row + a * sp[3], mask=m & valid, other=1).to(ACC)
+    mu = tl.load(MU + offsets(s_mu, t, tile), mask=m, other=0).to(ACC)
+    e = tl.zeros(q.shape, ACC)
+    for a0 in range(0, n_actions, BLOCK_A):
+        k = a0 + tl.arange(0, BLOCK_A)[None, None, :]
+        mk = m[:, :, None] & (k < n_actions)
+        qk = tl.load(Q + q_row[:, :, None] + k * sq[3], mask=mk, other=0).to(ACC)
+        pk = tl.load(P + p_row[:, :, None] + k * sp[3], mask=mk, other=0).to(ACC)
+        e += tl.sum(qk * pk, axis=2)
+    q = tl.where(valid | ~m, q, float("nan"))
+    return q, e, tl.log(p_taken) - mu
+
+
+@triton.jit
+def table_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    R, Q, P, ACT, MU, NE, BOOT, TERM, TRUNC, GAMMA, LMBDA = ins
+    r = load(R, s[0], tile, ACC)
+    q, e, log_rho = _step_stats(Q, s[1], P, s[2], ACT, s[3], MU, s[4], tile[0], tile, T, ACC)
+    q_ahead, e_ahead, log_rho_ahead = _step_stats(Q, s[1], P, s[2], ACT, s[3], MU, s[4], tile[0] + 1, tile, T, ACC)
+    if NE is not None:
+        e_next = load(NE, s[5], tile, ACC)
+    else:
+        e_next = tl.where(tile[0] == T - 1, load_batch(BOOT, s[6], tile, ACC), e_ahead)
+    return trace_coeffs(r, e, e_next, q_ahead, tl.exp(log_rho_ahead), tile, s[7], s[8], TERM, TRUNC, GAMMA, s[9],
+                        LMBDA, s[10], scalars, T, ACC)

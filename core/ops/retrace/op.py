@@ -23,10 +23,22 @@ def _kernel():
     return kernel.coeffs, kernel.emit, True
 
 
+def _table_kernel():
+    from . import kernel
+
+    return kernel.table_coeffs, kernel.emit, True
+
+
 def _cpu(*args):
     from . import cpu
 
     cpu.run(*args)
+
+
+def _table_cpu(*args):
+    from . import cpu
+
+    cpu.run_table(*args)
 
 
 def retrace_form(call, r, q, e, rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip):
@@ -117,3 +129,83 @@ def retrace(
     tensors = (call.anchor, q_taken, expected_q, log_rhos, next_expected_q, bootstrap_value, terminated, truncated,
                g.tensor, lam.tensor)
     return RetraceOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact))
+
+
+def _table_differentiable(call, r, q_values, probs, actions, mu, ne, boot, term, trunc, g_t, l_t, gamma, lmbda,
+                          gamma_lmbda, c_clip):
+    td = call.time_dim
+    q_values, probs = q_values.movedim(td, 0), probs.movedim(td, 0)
+    r, actions, mu, ne, term, trunc = (_forms.time_first(x, td) for x in (r, actions, mu, ne, term, trunc))
+    index = actions.long().unsqueeze(-1)
+    q = q_values.gather(-1, index).squeeze(-1)
+    e = (q_values * probs).sum(-1)
+    rho = probs.gather(-1, index).squeeze(-1) / mu.exp()
+    return retrace_form(call, r, q, e, rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip)
+
+
+TABLE_OP = OpSpec(
+    name="retrace_from_q",
+    inputs=(("rewards", "series"), ("q_values", "table"), ("target_probs", "table"), ("actions", "index"),
+            ("behaviour_log_probs", "series"), ("next_expected_q", "series"), ("bootstrap_value", "batch"),
+            ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=2,
+    kernel=_table_kernel,
+    cpu=_table_cpu,
+    differentiable=_table_differentiable,
+)
+register_fused(TABLE_OP)
+
+
+def retrace_from_q(
+    rewards,
+    q_values,
+    actions,
+    target_probs,
+    behaviour_log_probs,
+    *,
+    bootstrap_value=None,
+    next_expected_q=None,
+    terminated=None,
+    truncated=None,
+    gamma=0.99,
+    lmbda=1.0,
+    c_clip=1.0,
+    time_dim=0,
+    exact=False,
+    out_dtype=None,
+) -> RetraceOutput:
+    """Retrace(λ) from the full action-value table, fused: for each step the kernel reads
+    ``Q(s_t, ·)`` and ``π(·|s_t)`` and reduces over actions in blocks (so registers do not
+    grow with the number of actions or with ``T``)::
+
+        q_t = Q[t, a_t],   E_t = Σ_a π[t, a] Q[t, a],   log ρ_t = log π[t, a_t] − log μ_t
+
+    then exactly :func:`rlscan.retrace`.
+
+    Args:
+        q_values: ``Q(s_t, a)``, of ``rewards``' shape plus a last axis of ``A`` actions.
+        actions: the actions taken, integer indices in ``[0, A)`` of ``rewards``' shape
+            (checked on the CPU; on the GPU an index out of range yields NaN).
+        target_probs: ``π(a|s_t)``, the target policy's probabilities, shaped like ``q_values``.
+        behaviour_log_probs: ``log μ(a_t|s_t)`` of the actions taken.
+        bootstrap_value: ``E_π Q(s_T, ·)``, one per environment; or ``next_expected_q``.
+
+    The other arguments are those of :func:`rlscan.retrace`.
+    """
+    call = Call("rewards", rewards, time_dim, out_dtype)
+    q_values = call.table("q_values", q_values)
+    target_probs = call.table("target_probs", target_probs, like=q_values)
+    actions = call.actions("actions", actions, q_values.shape[-1])
+    behaviour_log_probs = call.series("behaviour_log_probs", behaviour_log_probs)
+    next_expected_q = call.series("next_expected_q", next_expected_q)
+    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
+    terminated = call.flags("terminated", terminated)
+    truncated = call.flags("truncated", truncated)
+    value_after_rule("retrace_from_q", next_expected_q, bootstrap_value, truncated, required=True,
+                     value_name="expected_q")
+    g = call.coef("gamma", gamma)
+    lam = call.coef("lmbda", lmbda)
+    c_clip = check_clip("c_clip", c_clip)
+    tensors = (call.anchor, q_values, target_probs, actions, behaviour_log_probs, next_expected_q, bootstrap_value,
+               terminated, truncated, g.tensor, lam.tensor)
+    return RetraceOutput(*call.run(TABLE_OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact))

@@ -30,3 +30,17 @@ def retrace(rewards, q_taken, expected_q, log_rhos, *, bootstrap_value=None, nex
             kappa = 1.0 - done[t]
             q_ret[t] += g[t] * lam[t] * kappa * c[t + 1] * (q_ret[t + 1] - q[t + 1])
     return RetraceOutput(from_time_first(q_ret, time_dim), from_time_first(q_ret - e, time_dim))
+
+
+def retrace_from_q(rewards, q_values, actions, target_probs, behaviour_log_probs, *, bootstrap_value=None,
+                   next_expected_q=None, terminated=None, truncated=None, gamma=0.99, lmbda=1.0, c_clip=1.0,
+                   time_dim=0):
+    q_table = as_f64(q_values)
+    probs = as_f64(target_probs)
+    index = np.asarray(actions.cpu() if hasattr(actions, "cpu") else actions)[..., None]
+    q_taken = np.take_along_axis(q_table, index, -1)[..., 0]
+    expected_q = (q_table * probs).sum(-1)
+    log_rhos = np.log(np.take_along_axis(probs, index, -1)[..., 0]) - as_f64(behaviour_log_probs)
+    return retrace(rewards, q_taken, expected_q, log_rhos, bootstrap_value=bootstrap_value,
+                   next_expected_q=next_expected_q, terminated=terminated, truncated=truncated, gamma=gamma,
+                   lmbda=lmbda, c_clip=c_clip, time_dim=time_dim)
