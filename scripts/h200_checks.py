@@ -132,6 +132,27 @@ def backward_speed():
         record(f"gae gradient vs float64 adjoint {N}x{T}", err < 1e-10, f"rel err {err:.1e}")
 
 
+def retrace_cliff():
+    """Time per element of Retrace at N = 512 as T grows: no cliff allowed (target ≤ 1.2x)."""
+    per = {}
+    for T in (2048, 4096, 16384):
+        d = data(T, 512)
+        A = 18
+        g = torch.Generator(device=dev).manual_seed(5)
+        q_values = torch.randn(T, 512, A, device=dev, generator=g)
+        probs = torch.softmax(torch.randn(T, 512, A, device=dev, generator=g), -1)
+        actions = torch.randint(0, A, (T, 512), device=dev, generator=g)
+        t1 = device_time(lambda: rlscan.retrace(d["r"], d["q"], d["e"], d["lr"], bootstrap_value=d["boot"], terminated=d["term"]))
+        t2 = device_time(lambda: rlscan.retrace_from_q(d["r"], q_values, actions, probs, d["lr"], bootstrap_value=d["boot"],
+                                                       terminated=d["term"]))
+        per[T] = (t1 / (T * 512) * 1e3, t2 / (T * 512) * 1e3)
+    for T in (4096, 16384):
+        for i, name in enumerate(("retrace", "retrace_from_q (A=18)")):
+            ratio = per[T][i] / per[2048][i]
+            record(f"{name} time per element, 512x{T} vs 512x2048", ratio <= 1.2,
+                   f"{per[T][i]:.3f} vs {per[2048][i]:.3f} ns per element ({ratio:.2f}x)")
+
+
 def determinism():
     for T, N in ((2048, 4096), (262144, 16), (1_000_000, 1)):
         d = data(T, N)
@@ -219,7 +240,7 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
     result = {}
-    for step in (cuda_graphs, compiled, backward_speed, determinism, memory, long_horizon):
+    for step in (cuda_graphs, compiled, backward_speed, retrace_cliff, determinism, memory, long_horizon):
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - report and carry on with the other checks

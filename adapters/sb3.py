@@ -1,0 +1,262 @@
+"""Stable-Baselines3: rlscan's GAE inside SB3's on-policy rollout buffers.
+
+One line turns it on for PPO, A2C and sb3-contrib's RecurrentPPO, MaskablePPO and TRPO::
+
+    from rlscan.adapters.sb3 import enable_triton_gae
+    model = enable_triton_gae(PPO("MlpPolicy", env), exact=True)
+
+It swaps the class of ``model.rollout_buffer`` for a subclass (made once per buffer
+class) whose ``compute_returns_and_advantage`` calls :func:`rlscan.gae`; every
+``isinstance`` check on the buffer still passes. The buffer classes can also be given
+at construction: ``PPO(..., rollout_buffer_class=TritonRolloutBuffer)``.
+
+SB3's loop and rlscan's flags say the same thing: SB3 cuts the trace after step ``t``
+where ``episode_starts[t+1]`` is set (``dones`` after the last step), and never
+bootstraps there, because ``collect_rollouts`` has already added
+``γ · V(final observation)`` to the reward of each time-limit truncation. So::
+
+    terminated[t] = episode_starts[t+1]      (t < T-1)
+    terminated[T-1] = dones
+    bootstrap_value = last_values
+
+See docs/adapters/sb3.md.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+import numpy as np
+import torch
+
+import rlscan
+
+try:
+    from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "rlscan.adapters.sb3 needs stable-baselines3: pip install 'rlscan[sb3]'"
+    ) from error
+
+__all__ = [
+    "enable_triton_gae",
+    "disable_triton_gae",
+    "triton_buffer_class",
+    "TritonRolloutBuffer",
+    "TritonDictRolloutBuffer",
+    "GPU_MIN_ELEMENTS",
+]
+
+#: Fast mode computes on the GPU when the model lives on a CUDA device and the rollout
+#: holds at least this many ``n_steps × n_envs`` entries; smaller rollouts stay on the
+#: CPU loop, because copying the buffer to the GPU and back costs more than the loop.
+#: Provisional: the crossover is to be measured with ``rlscan bench`` (docs/adapters/sb3.md).
+GPU_MIN_ELEMENTS = 1 << 18
+
+
+def _checked_exact(exact) -> bool:
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
+    return exact
+
+
+def _compute_returns_and_advantage(buffer: RolloutBuffer, last_values: torch.Tensor, dones: np.ndarray) -> None:
+    """SB3's GAE, computed by :func:`rlscan.gae`::
+
+        δ_t = r_t + γ V_{t+1} (1 − terminated_t) − V_t
+        Â_t = δ_t + γλ (1 − terminated_t) Â_{t+1}           (Â_T = 0)
+        returns = Â + V
+
+    with ``V_T = last_values``, ``terminated[t] = episode_starts[t+1]`` and
+    ``terminated[T-1] = dones``. Fills ``buffer.advantages`` in place.
+    """
+    terminated = _terminated(buffer.episode_starts, dones)
+    buffer.advantages[...] = _advantages(buffer, last_values, terminated)
+    buffer.returns = buffer.advantages + buffer.values
+
+
+def _subclass(base: type, name: str) -> type:
+    """``base`` with its GAE computed by rlscan.
+
+    The subclass adds methods only (no storage), so an existing buffer of class
+    ``base`` can be given it by ``buffer.__class__ = ...``.
+    """
+
+    class Triton(base):
+        _rlscan_base = base  # the SB3 class extended
+        rlscan_exact = False  # exact mode (see enable_triton_gae)
+
+        def __init__(self, *args, exact: bool = False, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.rlscan_exact = _checked_exact(exact)
+
+        def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
+            _compute_returns_and_advantage(self, last_values, dones)
+
+    Triton.__name__ = Triton.__qualname__ = name
+    Triton.__doc__ = (
+        f"{base.__qualname__} with rlscan's GAE: ``rollout_buffer_class={name}``, "
+        "and ``rollout_buffer_kwargs={'exact': True}`` for exact mode."
+    )
+    Triton.compute_returns_and_advantage.__doc__ = _compute_returns_and_advantage.__doc__
+    return Triton
+
+
+def _is_triton(cls: type) -> bool:
+    return getattr(cls, "_rlscan_base", None) is not None
+
+
+TritonRolloutBuffer = _subclass(RolloutBuffer, "TritonRolloutBuffer")
+TritonDictRolloutBuffer = _subclass(DictRolloutBuffer, "TritonDictRolloutBuffer")
+
+_SUBCLASSES: dict = {RolloutBuffer: TritonRolloutBuffer, DictRolloutBuffer: TritonDictRolloutBuffer}
+
+# sb3-contrib is optional: its buffers' subclasses are made when first named.
+_CONTRIB_BASES = {
+    "TritonMaskableRolloutBuffer": ("sb3_contrib.common.maskable.buffers", "MaskableRolloutBuffer"),
+    "TritonMaskableDictRolloutBuffer": ("sb3_contrib.common.maskable.buffers", "MaskableDictRolloutBuffer"),
+    "TritonRecurrentRolloutBuffer": ("sb3_contrib.common.recurrent.buffers", "RecurrentRolloutBuffer"),
+    "TritonRecurrentDictRolloutBuffer": ("sb3_contrib.common.recurrent.buffers", "RecurrentDictRolloutBuffer"),
+}
+
+
+def __getattr__(name: str):
+    """``TritonMaskableRolloutBuffer`` and the other sb3-contrib buffers, by name.
+
+    Naming them here also lets pickle (and so ``model.save``) find them by reference.
+    """
+    if name not in _CONTRIB_BASES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, base = _CONTRIB_BASES[name]
+    return triton_buffer_class(getattr(importlib.import_module(module), base))
+
+
+def _check_base(base) -> None:
+    if not (isinstance(base, type) and issubclass(base, RolloutBuffer)):
+        raise TypeError(f"expected a subclass of stable_baselines3's RolloutBuffer, got {base!r}")
+    if base.compute_returns_and_advantage is not RolloutBuffer.compute_returns_and_advantage:
+        raise TypeError(
+            f"{base.__qualname__} overrides compute_returns_and_advantage; rlscan replaces SB3's own GAE "
+            "only, and would discard that override"
+        )
+
+
+def triton_buffer_class(base: type) -> type:
+    """The subclass of the rollout buffer class ``base`` whose GAE runs in rlscan.
+
+    Made once per ``base`` and cached, so every buffer of one class gets the same
+    subclass. Classes that already use rlscan's GAE are returned as they are.
+    """
+    if isinstance(base, type) and _is_triton(base):
+        return base
+    _check_base(base)
+    if base not in _SUBCLASSES:
+        _SUBCLASSES[base] = _subclass(base, f"Triton{base.__name__}")
+    return _SUBCLASSES[base]
+
+
+# ----------------------------------------------------------------------------- the switch
+
+
+def _rollout_buffer(model, caller: str) -> RolloutBuffer:
+    """``model.rollout_buffer``, or a TypeError that says what was expected."""
+    buffer = getattr(model, "rollout_buffer", None)
+    if isinstance(buffer, RolloutBuffer):
+        return buffer
+    expected = (
+        f"{caller} expects an on-policy Stable-Baselines3 model whose rollout_buffer is a RolloutBuffer "
+        "(PPO, A2C, or sb3-contrib's RecurrentPPO, MaskablePPO, TRPO)"
+    )
+    if hasattr(model, "replay_buffer"):
+        raise TypeError(
+            f"{expected}; {type(model).__name__} is off-policy: it learns from a replay buffer and computes no GAE"
+        )
+    if buffer is None:
+        raise TypeError(f"{expected}; got {type(model).__name__}, which has no rollout_buffer")
+    raise TypeError(f"{expected}; got {type(model).__name__} whose rollout_buffer is {type(buffer).__name__}")
+
+
+def enable_triton_gae(model, *, exact: bool = False):
+    """Compute ``model``'s GAE with rlscan from now on; returns ``model``.
+
+    Args:
+        model: an on-policy SB3 model (PPO, A2C, RecurrentPPO, MaskablePPO, TRPO).
+        exact: reproduce SB3's float32 loop bit for bit (on the CPU). When False
+            (fast mode), a model on CUDA with at least ``GPU_MIN_ELEMENTS`` entries
+            per rollout computes on the GPU, whose scan adds in another order
+            (float32 rounding differences); otherwise the same CPU loop runs.
+            ``rlscan.set_backend("cpu")`` or ``("triton")`` overrides the choice.
+
+    The switch lives on the buffer object: ``model.save`` does not store it, and a
+    loaded model needs ``enable_triton_gae`` again (or was built with
+    ``rollout_buffer_class=TritonRolloutBuffer``, which is saved).
+    """
+    exact = _checked_exact(exact)
+    buffer = _rollout_buffer(model, "enable_triton_gae")
+    buffer.__class__ = triton_buffer_class(type(buffer))
+    buffer.rlscan_exact = exact
+    return model
+
+
+def disable_triton_gae(model):
+    """Give ``model`` back SB3's own GAE loop; returns ``model``. Without effect if it had it."""
+    buffer = _rollout_buffer(model, "disable_triton_gae")
+    cls = type(buffer)
+    if not _is_triton(cls):
+        return model
+    if _SUBCLASSES.get(cls._rlscan_base) is not cls:
+        raise TypeError(
+            f"the rollout buffer's class {cls.__qualname__} extends rlscan's "
+            f"{_SUBCLASSES[cls._rlscan_base].__qualname__}; "
+            "disable_triton_gae can only undo rlscan's own buffer classes"
+        )
+    buffer.__class__ = cls._rlscan_base
+    buffer.__dict__.pop("rlscan_exact", None)
+    return model
+
+
+# ----------------------------------------------------------------------------- the computation
+
+
+def _terminated(episode_starts: np.ndarray, dones: np.ndarray) -> np.ndarray:
+    """``terminated[t] = episode_starts[t+1]`` for ``t < T-1`` and ``dones`` for ``t = T-1``."""
+    terminated = np.empty(episode_starts.shape, dtype=np.bool_)
+    terminated[:-1] = episode_starts[1:] != 0
+    terminated[-1] = np.asarray(dones).reshape(-1) != 0
+    return terminated
+
+
+def _gpu_for(buffer: RolloutBuffer) -> Optional[torch.device]:
+    """The CUDA device to compute on, or None to compute where the buffer is.
+
+    rlscan's backend decides first ("cpu" never, "triton" always); under "auto",
+    fast mode moves rollouts of at least ``GPU_MIN_ELEMENTS`` entries.
+    """
+    device = torch.device(buffer.device)
+    backend = rlscan.get_backend()
+    if device.type != "cuda" or backend == "cpu":
+        return None
+    if backend == "triton":
+        return device
+    if buffer.rlscan_exact or buffer.advantages.size < GPU_MIN_ELEMENTS:
+        return None
+    return device
+
+
+def _advantages(buffer: RolloutBuffer, last_values, terminated: np.ndarray):
+    """``Â`` as a numpy array of the buffer's ``(n_steps, n_envs)`` shape."""
+    device = _gpu_for(buffer)
+    last_values = torch.as_tensor(last_values).detach().reshape(-1)
+    if device is None:
+        rewards, values = buffer.rewards, buffer.values
+        bootstrap = last_values.cpu().numpy().astype(values.dtype, copy=False)
+    else:
+        rewards, values, terminated = (
+            torch.from_numpy(array).to(device) for array in (buffer.rewards, buffer.values, terminated)
+        )
+        bootstrap = last_values.to(device, values.dtype)
+    advantages = rlscan.gae(
+        rewards, values, bootstrap_value=bootstrap, terminated=terminated,
+        gamma=buffer.gamma, lmbda=buffer.gae_lambda, exact=buffer.rlscan_exact,
+    ).advantages
+    return advantages if device is None else advantages.cpu().numpy()
