@@ -8,13 +8,27 @@ from typing import Optional
 import torch
 
 
-def time_first(x: Optional[torch.Tensor], time_dim: int) -> Optional[torch.Tensor]:
-    return None if x is None else x.movedim(time_dim, 0)
+def upcast(x: Optional[torch.Tensor], call) -> Optional[torch.Tensor]:
+    """A floating input in the call's compute dtype (float32, or float64), as the fused
+    kernels compute; flags and indices unchanged."""
+    if x is None or not x.is_floating_point():
+        return x
+    return x.to(call.compute_dtype)
 
 
-def coef(coef, time_dim: int):
-    """A :class:`~rlscan._call.Coef` as a time-first tensor or a float."""
-    return coef.value if coef.tensor is None else coef.tensor.movedim(time_dim, 0)
+def time_first(x: Optional[torch.Tensor], call) -> Optional[torch.Tensor]:
+    """An input with time first, in the compute dtype."""
+    return None if x is None else upcast(x.movedim(call.time_dim, 0), call)
+
+
+def coef(tensor: Optional[torch.Tensor], value: float, call):
+    """A per-step coefficient: the time-first tensor in the compute dtype, or the float."""
+    return value if tensor is None else time_first(tensor, call)
+
+
+def result(x: torch.Tensor, call) -> torch.Tensor:
+    """An output back in the caller's layout and result dtype."""
+    return x.movedim(0, call.time_dim).to(call.result_dtype)
 
 
 def value_after(values, next_values, bootstrap, like: torch.Tensor) -> torch.Tensor:

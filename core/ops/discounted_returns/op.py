@@ -20,12 +20,11 @@ def _cpu(*args):
 
 
 def _differentiable(call, r, nv, boot, term, trunc, g_t, gamma):
-    td = call.time_dim
-    r, nv, term, trunc = (_forms.time_first(x, td) for x in (r, nv, term, trunc))
-    g = gamma if g_t is None else g_t.movedim(td, 0)
+    r, nv, term, trunc = (_forms.time_first(x, call) for x in (r, nv, term, trunc))
+    g = _forms.coef(g_t, gamma, call)
     nu, kappa = _forms.masks(term, trunc, r)
-    alpha = r + g * nu * (1 - kappa) * _forms.value_after(None, nv, boot, r)
-    return (linear_scan(alpha, g * kappa, reverse=True).movedim(0, td),)
+    alpha = r + g * nu * (1 - kappa) * _forms.value_after(None, nv, _forms.upcast(boot, call), r)
+    return (_forms.result(linear_scan(alpha, g * kappa, reverse=True), call),)
 
 
 OP = OpSpec(

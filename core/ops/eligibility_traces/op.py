@@ -20,14 +20,12 @@ def _cpu(*args):
 
 
 def _differentiable(call, x, dones, g_t, l_t, init, gamma, lmbda, gamma_lmbda):
-    td = call.time_dim
-    x, dones = _forms.time_first(x, td), _forms.time_first(dones, td)
-    g = gamma if g_t is None else g_t.movedim(td, 0)
-    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    x, dones = _forms.time_first(x, call), _forms.time_first(dones, call)
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
     keep = 1.0 if dones is None else (dones == 0).to(x.dtype)
     decay = g * lam * keep * x.new_ones(x.shape)
     beta = _forms.shift_back(decay, 1.0)
-    return (linear_scan(x, beta, initial=init).movedim(0, td),)
+    return (_forms.result(linear_scan(x, beta, initial=_forms.upcast(init, call)), call),)
 
 
 OP = OpSpec(

@@ -20,10 +20,9 @@ def _cpu(*args):
 
 
 def _differentiable(call, x, dones, init):
-    td = call.time_dim
-    x, dones = _forms.time_first(x, td), _forms.time_first(dones, td)
+    x, dones = _forms.time_first(x, call), _forms.time_first(dones, call)
     keep = x.new_ones(x.shape) if dones is None else (dones == 0).to(x.dtype)
-    return (linear_scan(x, _forms.shift_back(keep, 1.0), initial=init).movedim(0, td),)
+    return (_forms.result(linear_scan(x, _forms.shift_back(keep, 1.0), initial=_forms.upcast(init, call)), call),)
 
 
 OP = OpSpec(

@@ -29,14 +29,12 @@ def _cpu(*args):
 
 
 def _differentiable(call, r, v, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, gamma_lmbda):
-    td = call.time_dim
-    r, v, nv, term, trunc = (_forms.time_first(x, td) for x in (r, v, nv, term, trunc))
-    g = gamma if g_t is None else g_t.movedim(td, 0)
-    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    r, v, nv, term, trunc = (_forms.time_first(x, call) for x in (r, v, nv, term, trunc))
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
     nu, kappa = _forms.masks(term, trunc, r)
-    delta = r + g * _forms.value_after(v, nv, boot, r) * nu - v
+    delta = r + g * _forms.value_after(v, nv, _forms.upcast(boot, call), r) * nu - v
     adv = linear_scan(delta, g * lam * kappa, reverse=True)
-    return adv.movedim(0, td), (adv + v).movedim(0, td)
+    return _forms.result(adv, call), _forms.result(adv + v, call)
 
 
 OP = OpSpec(

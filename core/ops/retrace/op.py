@@ -44,19 +44,17 @@ def _table_cpu(*args):
 def retrace_form(call, r, q, e, rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip):
     """The differentiable form, from time-first ``q_t``, ``E_t`` and ``ρ_t`` (shared with
     :func:`rlscan.retrace_from_q`)."""
-    td = call.time_dim
-    g = gamma if g_t is None else g_t.movedim(td, 0)
-    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
     nu, kappa = _forms.masks(term, trunc, r)
     c_ahead = _forms.shift_ahead(rho.clamp(max=c_clip), 0.0)
     trace = g * lam * kappa * c_ahead
-    alpha = r + g * nu * _forms.value_after(e, ne, boot, r) - trace * _forms.shift_ahead(q, 0.0)
+    alpha = r + g * nu * _forms.value_after(e, ne, _forms.upcast(boot, call), r) - trace * _forms.shift_ahead(q, 0.0)
     q_ret = linear_scan(alpha, trace, reverse=True)
-    return q_ret.movedim(0, td), (q_ret - e).movedim(0, td)
+    return _forms.result(q_ret, call), _forms.result(q_ret - e, call)
 
 
 def _differentiable(call, r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, gamma_lmbda, c_clip):
-    r, q, e, log_rho, ne, term, trunc = (_forms.time_first(x, call.time_dim) for x in (r, q, e, log_rho, ne, term, trunc))
+    r, q, e, log_rho, ne, term, trunc = (_forms.time_first(x, call) for x in (r, q, e, log_rho, ne, term, trunc))
     return retrace_form(call, r, q, e, log_rho.exp(), ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip)
 
 
@@ -133,9 +131,8 @@ def retrace(
 
 def _table_differentiable(call, r, q_values, probs, actions, mu, ne, boot, term, trunc, g_t, l_t, gamma, lmbda,
                           gamma_lmbda, c_clip):
-    td = call.time_dim
-    q_values, probs = q_values.movedim(td, 0), probs.movedim(td, 0)
-    r, actions, mu, ne, term, trunc = (_forms.time_first(x, td) for x in (r, actions, mu, ne, term, trunc))
+    q_values, probs = (_forms.time_first(x, call) for x in (q_values, probs))
+    r, actions, mu, ne, term, trunc = (_forms.time_first(x, call) for x in (r, actions, mu, ne, term, trunc))
     index = actions.long().unsqueeze(-1)
     q = q_values.gather(-1, index).squeeze(-1)
     e = (q_values * probs).sum(-1)

@@ -20,13 +20,11 @@ def _cpu(*args):
 
 
 def _differentiable(call, r, v, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, gamma_lmbda):
-    td = call.time_dim
-    r, v, nv, term, trunc = (_forms.time_first(x, td) for x in (r, v, nv, term, trunc))
-    g = gamma if g_t is None else g_t.movedim(td, 0)
-    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    r, v, nv, term, trunc = (_forms.time_first(x, call) for x in (r, v, nv, term, trunc))
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
     nu, kappa = _forms.masks(term, trunc, r)
-    alpha = r + g * nu * (1 - lam * kappa) * _forms.value_after(v, nv, boot, r)
-    return (linear_scan(alpha, g * lam * kappa, reverse=True).movedim(0, td),)
+    alpha = r + g * nu * (1 - lam * kappa) * _forms.value_after(v, nv, _forms.upcast(boot, call), r)
+    return (_forms.result(linear_scan(alpha, g * lam * kappa, reverse=True), call),)
 
 
 OP = OpSpec(
@@ -62,7 +60,8 @@ def td_lambda(
     Inside an episode this is ``r_t + γ_t [(1 − λ_t) V'_t + λ_t G_{t+1}]``; at a
     termination ``r_t``; at a truncation and at the window's edge ``r_t + γ_t V'_t``.
     Takes the same arguments as :func:`rlscan.gae` (see there and
-    docs/semantics.md) and returns the λ-returns, of ``rewards``' shape.
+    docs/semantics.md) and returns the λ-returns, of ``rewards``' shape. Only the values
+    *after* each step enter, so ``values`` may be ``None`` when ``next_values`` is given.
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values)

@@ -30,20 +30,18 @@ def _cpu(*args):
 
 
 def _differentiable(call, r, v, log_rho, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, rho_clip, c_clip, pg_clip):
-    td = call.time_dim
-    r, v, log_rho, nv, term, trunc = (_forms.time_first(x, td) for x in (r, v, log_rho, nv, term, trunc))
-    g = gamma if g_t is None else g_t.movedim(td, 0)
-    lam = lmbda if l_t is None else l_t.movedim(td, 0)
+    r, v, log_rho, nv, term, trunc = (_forms.time_first(x, call) for x in (r, v, log_rho, nv, term, trunc))
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
     nu, kappa = _forms.masks(term, trunc, r)
     rho = log_rho.exp()
-    v_next = _forms.value_after(v, nv, boot, r)
+    v_next = _forms.value_after(v, nv, _forms.upcast(boot, call), r)
     delta = rho.clamp(max=rho_clip) * (r + g * v_next * nu - v)
     vs_minus_v = linear_scan(delta, g * lam * rho.clamp(max=c_clip) * kappa, reverse=True)
     vs = v + vs_minus_v
     vs_ahead = torch.cat([vs[1:], vs[-1:]])  # only read where κ_t = 1, i.e. t < T-1
     v_hat = torch.where(kappa != 0, vs_ahead, v_next)
     pg = rho.clamp(max=pg_clip) * (r + g * nu * v_hat - v)
-    return vs.movedim(0, td), pg.movedim(0, td)
+    return _forms.result(vs, call), _forms.result(pg, call)
 
 
 OP = OpSpec(
