@@ -43,7 +43,9 @@ class OpSpec(NamedTuple):
 
     ``inputs`` names the tensors in the order the kernel and the CPU loop take them,
     with their kind: ``"series"`` (the full shape), ``"batch"`` (one value per
-    environment), ``"flag"`` or ``"coef"`` (broadcast to the full shape).
+    environment), ``"flag"`` or ``"coef"`` (the full shape, possibly broadcast),
+    ``"index"`` (integer, the full shape) or ``"table"`` (the full shape plus a last
+    axis of actions).
     """
 
     name: str

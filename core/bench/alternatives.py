@@ -31,7 +31,9 @@ class Impl(NamedTuple):
     probe_T: int = 64
     on_host: bool = False  # runs on the CPU even in a GPU run (no device time)
     graph: bool = True  # a CUDA graph may capture it
-    compiles: bool = False  # its first call on a new shape may compile
+    launches_per_step: bool = False  # a Python loop of kernel launches: its graph grows with T
+    compiles: bool = False  # torch.compile: its first call on a new shape may compile (a budget applies)
+    jit: bool = False  # its first call may compile (Triton, numba, torch.compile): never time a first call
 
 
 def _identity(d):
@@ -64,24 +66,34 @@ def _compiled(case: Case, dtype) -> Runner:
 
 def _allow_recompiles() -> None:
     """Let dynamo compile each new length of time instead of falling back to eager code."""
+    import torch._dynamo
+
     config = torch._dynamo.config
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(config, name):
             setattr(config, name, max(getattr(config, name), 512))
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def _loop_torch(case: Case, dtype) -> Runner:
+    """The loop in the inputs' dtype; half-precision inputs are computed in float32 (as rlscan
+    computes them) and the results cast back."""
     loop = loops.LOOPS[case.name]
-    return Runner(_identity, lambda d: loop(d, case.params, loops.TorchOps))
+    if dtype not in _HALF:
+        return Runner(_identity, lambda d: loop(d, case.params, loops.TorchOps))
+
+    def run(d):
+        wide = {k: (x.float() if x.dtype == dtype else x) for k, x in d.items()}
+        return tuple(o.to(dtype) for o in loop(wide, case.params, loops.TorchOps))
+
+    return Runner(_identity, run)
 
 
 def _to_numpy(d: dict) -> dict:
-    """Host copies; numpy has no bfloat16, so those become float32."""
-    out = {}
-    for k, x in d.items():
-        x = x.detach().cpu()
-        out[k] = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
-    return out
+    """Host copies; half-precision inputs become float32 (numpy has no bfloat16)."""
+    return {k: (x.detach().cpu().float() if x.dtype in _HALF else x.detach().cpu()).numpy() for k, x in d.items()}
 
 
 def _loop_numpy(case: Case, dtype) -> Runner:
@@ -106,20 +118,23 @@ def _sb3(case: Case, dtype) -> Runner:
     return Runner(lambda d: est.prepare(d["rewards"], d["values"], d["bootstrap_value"], d["terminated"]), est)
 
 
-RLSCAN = Impl("rlscan", "rlscan", "rlscan (fused Triton scan on the GPU; compiled numba loop on the CPU)", _rlscan)
+RLSCAN = Impl("rlscan", "rlscan", "rlscan (fused Triton scan on the GPU; compiled numba loop on the CPU)", _rlscan,
+              jit=True)
 
 ALTERNATIVES = (
     Impl("exact", "exact kernel", "rlscan exact=True: a sequential-in-time kernel, one thread per env "
-         "(the PufferLib pattern)", _exact, cuda_only=True, sequential=True, probe_T=4096),
+         "(the PufferLib pattern)", _exact, cuda_only=True, sequential=True, probe_T=4096, jit=True),
     Impl("compile", "compile scan", "torch.compile of a log-depth doubling (Hillis-Steele) scan on the "
-         "(alpha, beta) pairs", _compiled, cuda_only=True, compiles=True),
-    Impl("loop_torch", "loop (torch)", "Python loop over time with torch ops on the device (CleanRL/SB3 pattern)",
-         _loop_torch, sequential=True),
-    Impl("loop_numpy", "loop (numpy)", "Python loop over time with numpy on the CPU (SB3 pattern)", _loop_numpy,
+         "(alpha, beta) pairs", _compiled, cuda_only=True, compiles=True, jit=True),
+    Impl("loop_torch", "loop (torch)", "Python loop over time with torch ops on the device (CleanRL/SB3 pattern; "
+         "half-precision inputs computed in float32)",
+         _loop_torch, sequential=True, launches_per_step=True),
+    Impl("loop_numpy", "loop (numpy)", "Python loop over time with numpy on the CPU (SB3 pattern; half-precision "
+         "inputs as float32 arrays)", _loop_numpy,
          sequential=True, on_host=True),
     Impl("torchrl_loop", "torchrl loop", "TorchRL functional estimator, loop over time "
          "(generalized_advantage_estimate / td_lambda_return_estimate)", _torchrl(False),
-         ops=("gae", "td_lambda"), framework="torchrl", sequential=True),
+         ops=("gae", "td_lambda"), framework="torchrl", sequential=True, launches_per_step=True),
     Impl("torchrl_vec", "torchrl vec", "TorchRL functional estimator, vectorised "
          "(vec_generalized_advantage_estimate / vec_td_lambda_return_estimate)", _torchrl(True),
          ops=("gae", "td_lambda"), framework="torchrl", graph=False),

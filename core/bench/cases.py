@@ -126,8 +126,8 @@ def outputs_of(result) -> tuple:
     return tuple(result) if isinstance(result, tuple) else (result,)
 
 
-def moved_bytes(inputs: dict, outputs: tuple) -> int:
-    """The bytes an op must move: each input read once, each output written once."""
-    return sum(x.numel() * x.element_size() for x in inputs.values()) + sum(
-        o.numel() * o.element_size() for o in outputs
-    )
+def moved_bytes(inputs: dict, n_outputs: int, T: int, N: int, dtype: torch.dtype) -> int:
+    """The bytes an op must move: each input read once, each ``[T, N]`` output (in the
+    inputs' dtype) written once."""
+    item = torch.empty((), dtype=dtype).element_size()
+    return sum(x.numel() * x.element_size() for x in inputs.values()) + n_outputs * T * N * item

@@ -1,7 +1,8 @@
 """Floors measured in the same run: no call can beat them.
 
-* launch floor (GPU): the full-call time of an empty Triton kernel, launched both
-  through Triton's own path and through rlscan's direct launcher; the faster counts.
+* launch floor: on a GPU, the full-call time of an empty Triton kernel, launched both
+  through Triton's own path and through rlscan's direct launch; the faster counts. On
+  the CPU, the call of an empty numba function.
 * copy bandwidth: the device-to-device copy rate, ``2 × bytes / time``, of a plain
   Triton copy kernel and of ``Tensor.copy_`` over ~1 GB (the faster counts); on the
   CPU, ``Tensor.copy_`` over 256 MB.
@@ -43,8 +44,30 @@ def _cpu(quick: bool) -> Floors:
     _, once = timing.timed_once(copy, sync)
     t = timing.full_call(copy, sync, one_call_s=once, target_s=0.05, repeat=5)
     bandwidth = 2 * src.numel() * 4 / t.seconds
-    detail = {"copy_bytes": src.numel() * 4, "torch_copy_GBps": bandwidth / 1e9, "launch": "not applicable on the CPU"}
-    return Floors(None, bandwidth, detail)
+    launch = _numba_call_floor()
+    detail = {"copy_bytes": src.numel() * 4, "torch_copy_GBps": bandwidth / 1e9,
+              "launch": "the call of an empty numba function on one array (the CPU path's floor)",
+              "numba_call_us": None if launch is None else launch * 1e6}
+    return Floors(launch, bandwidth, detail)
+
+
+def _numba_call_floor():
+    """Seconds per call of an empty compiled numba function that takes one array."""
+    try:
+        from numba import njit
+    except ImportError:
+        return None
+    import numpy as np
+
+    @njit
+    def empty(x):
+        pass
+
+    x = np.zeros(1)
+    empty(x)
+    sync = timing.synchronizer(torch.device("cpu"))
+    _, once = timing.timed_once(lambda: empty(x), sync)
+    return timing.full_call(lambda: empty(x), sync, one_call_s=once, target_s=0.01, repeat=5).seconds
 
 
 def _cuda(device: torch.device, quick: bool) -> Floors:
@@ -59,13 +82,9 @@ def _launch_floor(device: torch.device, empty_kernel):
     x = torch.empty(1, device=device)
     sync = timing.synchronizer(device)
     ways = {"triton_launch_us": lambda: empty_kernel[(1,)](x)}
-    try:
-        from .._triton.launch import _launcher
-
-        _launcher(empty_kernel, (1,), (x,), {})
-        ways["direct_launch_us"] = lambda: _launcher(empty_kernel, (1,), (x,), {})
-    except Exception:  # noqa: BLE001 - the direct launcher is an optimisation; Triton's path still counts
-        pass
+    direct = _direct_launch(empty_kernel, x)
+    if direct is not None:
+        ways["direct_launch_us"] = direct
     detail = {}
     for name, fn in ways.items():
         for _ in range(50):
@@ -96,3 +115,24 @@ def _copy_bandwidth(device: torch.device, copy_kernel, nbytes: int):
     del src, dst
     torch.cuda.empty_cache()
     return max(detail["torch_copy_GBps"], detail["triton_copy_GBps"]) * 1e9, detail
+
+
+def _direct_launch(empty_kernel, x: torch.Tensor):
+    """The empty kernel through rlscan's direct launch path (the compiled kernel's own
+    launcher, as ``LaunchPlan`` calls it), or None where this Triton does not allow it."""
+    try:
+        from types import SimpleNamespace
+
+        from .._triton.launch import LaunchPlan
+
+        kernel = empty_kernel[(1,)](x)
+        if kernel is None or not hasattr(kernel, "packed_metadata"):
+            return None
+        plan = SimpleNamespace(grid=(1, 1, 1), device=x.device)
+        launch = lambda: LaunchPlan._direct_launch(plan, kernel, (x,))  # noqa: E731
+        launch()
+        torch.cuda.synchronize()
+        return launch
+    except Exception:  # noqa: BLE001 - the direct path is an optimisation; Triton's own path still counts
+        timing._recover()
+        return None

@@ -130,7 +130,8 @@ def retrace(d, p, xp):
         if t == T - 1:
             target = r[t] + gamma * nonterminal * boot
         else:
-            target = r[t] + gamma * nonterminal * e[t + 1] + gamma * lmbda * nonterminal * c[t + 1] * (target - q[t + 1])
+            trace = gamma * lmbda * nonterminal * c[t + 1]
+            target = r[t] + gamma * nonterminal * e[t + 1] + trace * (target - q[t + 1])
         out[t] = target
     return out, out - e
 

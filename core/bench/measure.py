@@ -2,10 +2,12 @@
 
 The order is fixed: (1) a sequential implementation first runs on a prefix of the
 window, and a call estimated to take longer than the cap is skipped with its
-estimate; (2) one call is timed and its result checked, so a wrong result is never
-timed; (3) a call that already took ``long_call_s`` is itself the measurement (one
-call, synchronized); otherwise rounds of back-to-back calls give the full-call time,
-and on a GPU a CUDA graph gives the device time.
+estimate; (2) one call is run and its result checked, so a wrong result is never
+timed, and a first call over the cap is the measurement as it is; (3) one more call,
+warm (the first may have compiled), unless the prefix run already warmed it up;
+(4) a warm call that took ``long_call_s`` is itself the measurement (one call,
+synchronized); otherwise rounds of back-to-back calls give the full-call time, and on
+a GPU a CUDA graph gives the device time.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ class Settings(NamedTuple):
     target_s: float  # one timing round lasts about this long
     measure_budget_s: float  # the rounds of one implementation in one cell take about this long
     tolerance: float
-    graph_max_T: int  # device time of sequential implementations only up to this T
+    graph_max_T: int  # device time of Python loops of launches only up to this T
     compile_budget_s: float  # per op
 
 
@@ -65,7 +67,8 @@ def measure(impl: Impl, case: Case, inputs: dict, truth: tuple, T: int, s: Setti
 def _measure(impl, case, inputs, truth, T, s: Settings, ledger: CompileLedger) -> dict:
     sync = timing.synchronizer(torch.device("cpu") if impl.on_host else s.device)
     runner = impl.build(case, s.dtype)
-    if impl.sequential and T > impl.probe_T:
+    probed = impl.sequential and T > impl.probe_T
+    if probed:
         estimate = _estimate(runner, case, inputs, T, impl.probe_T, sync)
         if estimate > s.cap_s:
             return result("skipped", f"would take ~{_secs(estimate)} per call (cap {_secs(s.cap_s)})",
@@ -75,16 +78,19 @@ def _measure(impl, case, inputs, truth, T, s: Settings, ledger: CompileLedger) -
     state = runner.prepare(inputs)
     call = lambda: runner.run(state)  # noqa: E731
     outs, first = timing.timed_once(call, sync)
-    extra = {}
-    if impl.compiles:
-        outs, warm = timing.timed_once(call, sync)
-        ledger.add(case.name, max(0.0, first - warm))
-        extra["first_call_s"] = first
-        first = warm
     err = relative_error(outs, truth)
     del outs
     if not err <= s.tolerance:
-        return result("wrong", f"relative error {err:.2e} > {s.tolerance:.0e}", rel_err=err, **extra)
+        return result("wrong", f"relative error {err:.2e} > {s.tolerance:.0e}", rel_err=err)
+    extra = {"first_call_s": first}
+    if first > s.cap_s and not impl.jit:
+        return result("ok", "one call, over the cap: not repeated", rel_err=err, full_us=first * 1e6, calls=1,
+                      rounds=1, full_method="one synchronized call (the first)", device_us=None, **extra)
+    if not probed:
+        # The first call may have compiled (torch.compile, numba, Triton): size the timing on a warm one.
+        _, first = timing.timed_once(call, sync)
+        if impl.compiles:
+            ledger.add(case.name, max(0.0, extra["first_call_s"] - first))
     return result("ok", rel_err=err, **_times(impl, call, first, T, sync, s), **extra)
 
 
@@ -95,7 +101,7 @@ def _times(impl: Impl, call, first: float, T: int, sync, s: Settings) -> dict:
     full = timing.full_call(call, sync, one_call_s=first, target_s=s.target_s, repeat=rounds)
     out = dict(full_us=full.seconds * 1e6, calls=full.calls, rounds=full.rounds, full_method=full.method,
                device_us=None)
-    if s.device.type == "cuda" and not impl.on_host and (not impl.sequential or T <= s.graph_max_T):
+    if s.device.type == "cuda" and not impl.on_host and (not impl.launches_per_step or T <= s.graph_max_T):
         dev = timing.device_time(call, one_call_s=full.seconds, target_s=s.target_s, repeat=rounds,
                                  graph=impl.graph)
         out.update(device_us=dev.seconds * 1e6, device_calls=dev.calls, device_method=dev.method)

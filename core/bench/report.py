@@ -13,15 +13,15 @@ CELL = 16
 def fmt_time(us) -> str:
     if us is None:
         return "—"
-    if us < 1e3:
+    if us < 999.5:
         return f"{us:.3g}µs"
-    if us < 1e6:
+    if us < 999.5e3:
         return f"{us / 1e3:.3g}ms"
     return f"{us / 1e6:.3g}s"
 
 
 def fmt_speedup(x: float) -> str:
-    return f"×{x:.0f}" if x >= 100 else f"×{x:.2g}" if x >= 0.1 else f"×{x:.1e}"
+    return f"×{x:.0f}" if x >= 100 else f"×{x:.2g}"
 
 
 class Printer:
@@ -32,6 +32,8 @@ class Printer:
             from rich.console import Console
 
             self.console = Console(highlight=False, soft_wrap=True)
+            if not self.console.is_terminal:  # a log file: wide enough for the summary table
+                self.console = Console(highlight=False, soft_wrap=True, width=220)
         except ImportError:
             self.console = None
 
@@ -96,8 +98,8 @@ class _Nothing:
 def op_header(p: Printer, op: str, impls) -> None:
     p.line()
     p.line(f"{op}", style="bold")
-    cols = ["progress".ljust(14), "N×T".ljust(14), "floor".rjust(9), "rlscan".rjust(10), "device".rjust(10),
-            "/floor".rjust(7), " "]
+    cols = ["progress".ljust(16), "N×T".ljust(14), "floor".rjust(9), "rlscan".rjust(10), "device".rjust(10),
+            "/floor".rjust(7), "dev/bw".rjust(7), " "]
     cols += [i.label.ljust(CELL) for i in impls[1:]]
     p.line(" ".join(cols), style="dim")
 
@@ -124,17 +126,18 @@ def alt_cell(res: dict, rlscan_us):
 def row(p: Printer, progress: str, cell: dict, impls) -> None:
     shape = f"{cell['N']}×{cell['T']}"
     if cell.get("skipped"):
-        p.styled([(f"{progress:<14} {shape:<14} ", ""), (cell["skipped"], "dim")])
+        p.styled([(f"{progress:<16} {shape:<14} ", ""), (cell["skipped"], "dim")])
         return
     rl = cell["impls"]["rlscan"]
     rl_us = rl.get("full_us") if rl["status"] == "ok" else None
-    parts = [(f"{progress:<14} {shape:<14} {fmt_time(cell['floor_us']):>9} ", "")]
+    parts = [(f"{progress:<16} {shape:<14} {fmt_time(cell['floor_us']):>9} ", "")]
     if rl["status"] == "ok":
+        dev_bw = rl.get("device_over_bandwidth_floor")
         parts.append((f"{fmt_time(rl_us):>10} {fmt_time(rl.get('device_us')):>10} "
-                      f"{rl_us / cell['floor_us']:>7.2f}   ", "bold"))
+                      f"{rl_us / cell['floor_us']:>7.2f} {'—' if dev_bw is None else f'{dev_bw:.2f}':>7}   ", "bold"))
     else:
         text, style = alt_cell(rl, None)
-        parts.append((f"{text:>29}   ", style or "bold red"))
+        parts.append((f"{text:>37}   ", style or "bold red"))
     for impl in impls[1:]:
         text, style = alt_cell(cell["impls"][impl.key], rl_us)
         parts.append((f"{text:<{CELL}} ", style))
@@ -237,7 +240,7 @@ def plot(path: str, cells, primary_key: str, title: str) -> bool:
             if best:
                 ax.plot(*zip(*best), "-o", color=colour, markersize=3, label=f"N={n}")
             if loop:
-                ax.plot(*zip(*loop), ":", color=colour, linewidth=1)
+                ax.plot(*zip(*loop), ":x", color=colour, linewidth=1, markersize=4)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -249,10 +252,10 @@ def plot(path: str, cells, primary_key: str, title: str) -> bool:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower right", fontsize=8)
+        fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.suptitle(f"{title}\nsolid: vs the fastest alternative measured; dotted: vs the plain loop ({primary_key})",
                  fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.93, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
