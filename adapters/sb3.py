@@ -71,6 +71,16 @@ def _compute_returns_and_advantage(buffer: RolloutBuffer, last_values: torch.Ten
     ``terminated[T-1] = dones``. Fills ``buffer.advantages`` in place.
     """
     terminated = _terminated(buffer.episode_starts, dones)
+    if _gpu_for(buffer) is None:
+        # On the CPU the kernel writes straight into the buffer (returns = Â + V in float32, as SB3).
+        returns = np.empty_like(buffer.values)
+        bootstrap = torch.as_tensor(last_values).detach().reshape(-1).cpu().numpy().astype(buffer.values.dtype, copy=False)
+        rlscan.gae(
+            buffer.rewards, buffer.values, bootstrap_value=bootstrap, terminated=terminated,
+            gamma=buffer.gamma, lmbda=buffer.gae_lambda, exact=buffer.rlscan_exact, out=(buffer.advantages, returns),
+        )
+        buffer.returns = returns
+        return
     buffer.advantages[...] = _advantages(buffer, last_values, terminated)
     buffer.returns = buffer.advantages + buffer.values
 

@@ -110,9 +110,11 @@ class Call:
         check_device(name, x, self.device, self.anchor_name)
         return x
 
-    def series(self, name: str, x) -> Optional[torch.Tensor]:
-        """A floating tensor of the anchor's shape, or None."""
+    def series(self, name: str, x, required: bool = False) -> Optional[torch.Tensor]:
+        """A floating tensor of the anchor's shape, or None (an error when ``required``)."""
         if x is None:
+            if required:
+                raise TypeError(f"{name} is required: a floating tensor of {self.anchor_name}'s shape, got None")
             return None
         x = self._tensor(name, x)
         check_float(name, x)
@@ -213,23 +215,59 @@ class Call:
             return tuple(o.numpy() for o in outs)
         return tuple(outs)
 
+    def given_outputs(self, out, n: int, tensors: tuple) -> tuple:
+        """Check ``out=``: ``n`` floating tensors (or arrays) of the anchor's shape, on its
+        device, that overlap neither each other nor any input."""
+        outs = (out,) if n == 1 and not isinstance(out, (tuple, list)) else tuple(out) if isinstance(out, (tuple, list)) else None
+        if outs is None or len(outs) != n:
+            raise TypeError(f"out must be {'a tensor' if n == 1 else f'a tuple of {n} tensors'}, got {type(out).__name__}")
+        checked = []
+        for k, o in enumerate(outs):
+            name = "out" if n == 1 else f"out[{k}]"
+            o = self._tensor(name, o)
+            check_float(name, o)
+            check_shape(name, o, self.shape, self.anchor_name)
+            if self.out_dtype is not None and o.dtype != self.out_dtype:
+                raise TypeError(f"{name} has dtype {o.dtype} but out_dtype is {self.out_dtype}")
+            checked.append(o)
+        others = [t for t in tensors if t is not None]
+        for k, o in enumerate(checked):
+            for other in checked[:k] + others:
+                if _overlap(o, other):
+                    raise ValueError("out must not overlap the inputs or the other outputs (it is written while they are read)")
+        return tuple(checked)
+
     # -- running -----------------------------------------------------------------------
 
-    def run(self, op: OpSpec, tensors: tuple, scalars: tuple = (), *, exact: bool = False) -> tuple:
-        """Compute ``op`` on the checked ``tensors`` (in ``op.inputs`` order) and ``scalars``."""
+    def run(self, op: OpSpec, tensors: tuple, scalars: tuple = (), *, exact: bool = False, out=None) -> tuple:
+        """Compute ``op`` on the checked ``tensors`` (in ``op.inputs`` order) and ``scalars``,
+        into ``out`` when given."""
         if not isinstance(exact, bool):
             raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
+        outs = None
+        if out is not None:
+            outs = self.given_outputs(out, op.n_out, tensors)
+            self.out_dtype = outs[0].dtype
         if 0 in self.shape:
-            return self.finish(self.new_outputs(op.n_out))
+            return self.finish(outs or self.new_outputs(op.n_out))
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+            if outs is not None:
+                raise ValueError("out= cannot be used when an input requires grad (autograd needs fresh outputs)")
             return self.finish(op.differentiable(self, *tensors, *scalars))
         if _compiling():
             if op.compiled is not None:
-                return op.compiled(self, tensors, scalars, exact)
-            from ._library import fused
+                results = op.compiled(self, tensors, scalars, exact)
+            else:
+                from ._library import fused
 
-            return tuple(fused(op)(list(tensors), list(scalars), self.time_dim, exact, self.out_dtype))
-        outs = self.new_outputs(op.n_out)
+                results = tuple(fused(op)(list(tensors), list(scalars), self.time_dim, exact, self.out_dtype))
+            if outs is None:
+                return results
+            for o, r in zip(outs, results):
+                o.copy_(r)
+            return outs
+        if outs is None:
+            outs = self.new_outputs(op.n_out)
         self.compute(op, tensors, scalars, outs, exact)
         return self.finish(outs)
 
@@ -289,6 +327,21 @@ class Call:
             )
             sub.anchor = self.anchor.select(d, i)
             sub.compute(op, picked, scalars, tuple(o.select(d, i) for o in outs), exact)
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory spans of two tensors intersect (conservative for interleaved views)."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(x):
+        start = x.data_ptr()
+        return start, start + (sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride())) + 1) * x.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _signature(x: Optional[torch.Tensor]):

@@ -5,8 +5,9 @@ compute dtype (float32, or float64 for float64 inputs), so they are exact: bit f
 the plain float32 loops that Stable-Baselines3 and CleanRL run.
 
 Each loop sees ``[T, Bh, Bl]`` numpy views of its inputs (see ``_inputs``), made
-without copies. Absent inputs arrive as zero-stride arrays; float16 and bfloat16
-inputs (which numba cannot read) are converted to float32 first.
+without copies. Absent inputs arrive as ``None``, so numba compiles a version per
+combination with the dead branches pruned and the loop over environments vectorises.
+float16 and bfloat16 inputs (which numba cannot read) are converted to float32 first.
 """
 from __future__ import annotations
 
@@ -66,24 +67,3 @@ def run_cpu(op, layout, tensors, scalars, outs, compute_dtype) -> None:
     for o, w in zip(outs, work):
         if o is not w:
             o.copy_(w)
-
-
-# ----------------------------------------------------------------------------- stand-ins
-
-
-def constant(layout, value, dtype) -> np.ndarray:
-    """A ``[T, Bh, Bl]`` array that holds ``value`` everywhere, in no memory."""
-    return np.broadcast_to(np.asarray(value, dtype=dtype), (layout.T, layout.B // layout.B_lo, layout.B_lo))
-
-
-def no_flags(layout) -> np.ndarray:
-    return constant(layout, 0, np.uint8)
-
-
-def coef(layout, array, value, dtype) -> np.ndarray:
-    """A per-step coefficient: the tensor's view, or the scalar everywhere."""
-    return constant(layout, value, dtype) if array is None else array
-
-
-def series_or_zeros(layout, array, dtype) -> np.ndarray:
-    return constant(layout, 0, dtype) if array is None else array

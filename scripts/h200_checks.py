@@ -240,17 +240,24 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
     result = {}
-    for step in (cuda_graphs, compiled, backward_speed, retrace_cliff, determinism, memory, long_horizon):
+    import sys
+
+    steps = (cuda_graphs, compiled, backward_speed, retrace_cliff, determinism, memory, long_horizon)
+    only = sys.argv[1:]
+    if only:
+        steps = tuple(s for s in steps if s.__name__ in only)
+    for step in steps:
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - report and carry on with the other checks
-            record(step.__name__, False, f"raised {exc!r}"[:300])
-    try:
-        result["crossover"] = crossover()
-    except Exception as exc:  # noqa: BLE001
-        record("crossover", False, f"raised {exc!r}"[:300])
+            record(step.__name__, False, f"raised {exc!r}"[-1500:])
+    if not only or "crossover" in only:
+        try:
+            result["crossover"] = crossover()
+        except Exception as exc:  # noqa: BLE001
+            record("crossover", False, f"raised {exc!r}"[:300])
     result["checks"] = rows
-    with open(os.path.join(out_dir, "checks.json"), "w") as f:
+    with open(os.path.join(out_dir, "checks-" + "-".join(only) + ".json" if only else "checks.json"), "w") as f:
         json.dump(result, f, indent=1)
     print("\nsummary:")
     for r in rows:

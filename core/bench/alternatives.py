@@ -154,8 +154,10 @@ def unavailable(impl: Impl, cuda: bool, dtype: torch.dtype) -> Optional[str]:
     if impl.cuda_only and not cuda:
         return "needs a CUDA GPU"
     if impl.framework is not None:
-        from rlscan.adapters.baselines import available
-
+        try:
+            from rlscan.adapters.baselines import available
+        except ImportError:
+            return "rlscan.adapters is not installed"
         if not available(impl.framework):
             return f"{impl.framework} is not installed"
     if impl.key == "sb3" and dtype != torch.float32:

@@ -1,24 +1,31 @@
-"""Discounted returns as a compiled CPU loop."""
-from ..._cpu import coef, njit, no_flags, series_or_zeros
+"""Discounted returns as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
+from ..._cpu import njit
 
 
 @njit
-def discounted_loop(r, v_next, has_next, boot, term, trunc, gamma, one, out):
+def discounted_loop(r, v_next, boot, term, trunc, gammas, gamma, one, out):
     T, Bh, Bl = r.shape
     zero = one - one
     for t in range(T - 1, -1, -1):
         for i in range(Bh):
             for j in range(Bl):
-                if has_next:
+                vn = zero
+                if v_next is not None:
                     vn = v_next[t, i, j]
-                elif t == T - 1:
-                    vn = boot[0, i, j]
-                else:
-                    vn = zero
-                terminated = term[t, i, j] != 0
+                elif boot is not None:
+                    if t == T - 1:
+                        vn = boot[0, i, j]
+                terminated = False
+                if term is not None:
+                    terminated = term[t, i, j] != 0
+                ended = terminated
+                if trunc is not None:
+                    ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
-                kappa = zero if (terminated or trunc[t, i, j] != 0 or t == T - 1) else one
-                g = gamma[t, i, j]
+                kappa = zero if (ended or t == T - 1) else one
+                g = gamma
+                if gammas is not None:
+                    g = gammas[t, i, j]
                 alpha = r[t, i, j] + g * nu * (one - kappa) * vn
                 last = out[t + 1, i, j] if t < T - 1 else zero
                 out[t, i, j] = alpha + g * kappa * last
@@ -27,9 +34,4 @@ def discounted_loop(r, v_next, has_next, boot, term, trunc, gamma, one, out):
 def run(layout, arrays, scalars, outs, dtype):
     r, nv, boot, term, trunc, g = arrays
     (gamma,) = scalars
-    discounted_loop(
-        r, series_or_zeros(layout, nv, dtype), nv is not None,
-        series_or_zeros(layout, boot, dtype)[:1] if boot is None else boot,
-        no_flags(layout) if term is None else term, no_flags(layout) if trunc is None else trunc,
-        coef(layout, g, gamma, dtype), dtype(1), *outs,
-    )
+    discounted_loop(r, nv, boot, term, trunc, g, dtype(gamma), dtype(1), *outs)

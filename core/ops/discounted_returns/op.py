@@ -50,6 +50,7 @@ def discounted_returns(
     time_dim=0,
     exact=False,
     out_dtype=None,
+    out=None,
 ):
     """Discounted returns, cut at episode ends::
 
@@ -69,4 +70,4 @@ def discounted_returns(
     value_after_rule("discounted_returns", next_values, bootstrap_value, truncated, required=False)
     g = call.coef("gamma", gamma)
     tensors = (call.anchor, next_values, bootstrap_value, terminated, truncated, g.tensor)
-    return call.run(OP, tensors, (g.value,), exact=exact)[0]
+    return call.run(OP, tensors, (g.value,), exact=exact, out=out)[0]

@@ -1,30 +1,38 @@
-"""Eligibility traces as a compiled CPU loop."""
-from ..._cpu import coef, njit, no_flags
+"""Eligibility traces as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
+from ..._cpu import njit
 
 
 @njit
-def traces_loop(x, dones, gamma, lmbda, gamma_lmbda, per_step, init, has_init, one, out):
+def traces_loop(x, dones, gammas, lmbdas, gamma, lmbda, gamma_lmbda, init, one, out):
     T, Bh, Bl = x.shape
     zero = one - one
     for t in range(T):
         for i in range(Bh):
             for j in range(Bl):
                 if t == 0:
-                    prev = init[0, i, j] if has_init else zero
+                    prev = zero
+                    if init is not None:
+                        prev = init[0, i, j]
                     beta = one
                 else:
                     prev = out[t - 1, i, j]
-                    gl = gamma[t - 1, i, j] * lmbda[t - 1, i, j] if per_step else gamma_lmbda
-                    beta = gl * (zero if dones[t - 1, i, j] != 0 else one)
+                    g = gamma
+                    lam = lmbda
+                    gl = gamma_lmbda
+                    if gammas is not None:
+                        g = gammas[t - 1, i, j]
+                        gl = g * lam
+                    if lmbdas is not None:
+                        lam = lmbdas[t - 1, i, j]
+                        gl = g * lam
+                    ended = False
+                    if dones is not None:
+                        ended = dones[t - 1, i, j] != 0
+                    beta = gl * (zero if ended else one)
                 out[t, i, j] = x[t, i, j] + beta * prev
 
 
 def run(layout, arrays, scalars, outs, dtype):
     x, dones, g, lam, init = arrays
     gamma, lmbda, gamma_lmbda = scalars
-    has_init = init is not None
-    traces_loop(
-        x, no_flags(layout) if dones is None else dones, coef(layout, g, gamma, dtype), coef(layout, lam, lmbda, dtype),
-        dtype(gamma_lmbda), g is not None or lam is not None,
-        init if has_init else coef(layout, None, 0, dtype)[:1], has_init, dtype(1), *outs,
-    )
+    traces_loop(x, dones, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda), init, dtype(1), *outs)

@@ -40,7 +40,7 @@ OP = OpSpec(
 register_fused(OP)
 
 
-def eligibility_traces(x, *, dones, gamma, lmbda, initial=None, time_dim=0, exact=False, out_dtype=None):
+def eligibility_traces(x, *, dones, gamma, lmbda, initial=None, time_dim=0, exact=False, out_dtype=None, out=None):
     """Accumulating eligibility traces (Sutton & Barto 2018, §12.2), reset after episode ends::
 
         e_0 = x_0 + initial
@@ -63,4 +63,4 @@ def eligibility_traces(x, *, dones, gamma, lmbda, initial=None, time_dim=0, exac
     lam = call.coef("lmbda", lmbda)
     initial = call.batch("initial", initial)
     tensors = (call.anchor, dones, g.tensor, lam.tensor, initial)
-    return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact)[0]
+    return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]

@@ -1,27 +1,28 @@
-"""The episodic prefix sum as a compiled CPU loop."""
-from ..._cpu import constant, njit, no_flags
+"""The episodic prefix sum as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
+from ..._cpu import njit
 
 
 @njit
-def cumsum_loop(x, dones, init, has_init, one, out):
+def cumsum_loop(x, dones, init, one, out):
     T, Bh, Bl = x.shape
     zero = one - one
     for t in range(T):
         for i in range(Bh):
             for j in range(Bl):
                 if t == 0:
-                    prev = init[0, i, j] if has_init else zero
+                    prev = zero
+                    if init is not None:
+                        prev = init[0, i, j]
                     beta = one
                 else:
                     prev = out[t - 1, i, j]
-                    beta = zero if dones[t - 1, i, j] != 0 else one
+                    ended = False
+                    if dones is not None:
+                        ended = dones[t - 1, i, j] != 0
+                    beta = zero if ended else one
                 out[t, i, j] = x[t, i, j] + beta * prev
 
 
 def run(layout, arrays, scalars, outs, dtype):
     x, dones, init = arrays
-    has_init = init is not None
-    cumsum_loop(
-        x, no_flags(layout) if dones is None else dones,
-        init if has_init else constant(layout, 0, dtype)[:1], has_init, dtype(1), *outs,
-    )
+    cumsum_loop(x, dones, init, dtype(1), *outs)

@@ -37,7 +37,7 @@ OP = OpSpec(
 register_fused(OP)
 
 
-def episodic_cumsum(x, *, dones, initial=None, time_dim=0, exact=False, out_dtype=None):
+def episodic_cumsum(x, *, dones, initial=None, time_dim=0, exact=False, out_dtype=None, out=None):
     """A prefix sum over time that restarts after each episode end::
 
         S_0 = x_0 + initial
@@ -50,4 +50,4 @@ def episodic_cumsum(x, *, dones, initial=None, time_dim=0, exact=False, out_dtyp
     call = Call("x", x, time_dim, out_dtype)
     dones = call.flags("dones", dones)
     initial = call.batch("initial", initial)
-    return call.run(OP, (call.anchor, dones, initial), (), exact=exact)[0]
+    return call.run(OP, (call.anchor, dones, initial), (), exact=exact, out=out)[0]

@@ -62,6 +62,7 @@ def gae(
     time_dim=0,
     exact=False,
     out_dtype=None,
+    out=None,
 ) -> GAEOutput:
     """Generalised advantage estimation (Schulman et al. 2016)::
 
@@ -87,12 +88,14 @@ def gae(
         exact: evaluate one step at a time in the loop's order (bit for bit the
             float32 loops of Stable-Baselines3 and CleanRL). The CPU path always is.
         out_dtype: the result dtype (default: the inputs' promoted dtype).
+        out: a tuple ``(advantages, returns)`` of preallocated tensors to write into
+            (they must not overlap the inputs); returned as the result.
 
     Returns:
         ``GAEOutput(advantages, returns)``, each of ``rewards``' shape.
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
-    values = call.series("values", values)
+    values = call.series("values", values, required=True)
     next_values = call.series("next_values", next_values)
     bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
     terminated = call.flags("terminated", terminated)
@@ -101,4 +104,4 @@ def gae(
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
-    return GAEOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact))
+    return GAEOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out))

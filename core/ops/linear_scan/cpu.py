@@ -1,9 +1,10 @@
-"""The linear scan and its adjoint as compiled CPU loops."""
-from ..._cpu import constant, njit
+"""The linear scan and its adjoint as compiled CPU loops (a scalar ``β`` arrives as
+``betas=None``; see gae/cpu.py)."""
+from ..._cpu import njit
 
 
 @njit
-def scan_loop(alpha, beta, init, has_init, reverse, one, out):
+def scan_loop(alpha, betas, beta, init, reverse, one, out):
     T, Bh, Bl = alpha.shape
     zero = one - one
     for k in range(T):
@@ -12,15 +13,18 @@ def scan_loop(alpha, beta, init, has_init, reverse, one, out):
             for j in range(Bl):
                 if k > 0:
                     prev = out[t + 1, i, j] if reverse else out[t - 1, i, j]
-                elif has_init:
-                    prev = init[0, i, j]
                 else:
                     prev = zero
-                out[t, i, j] = alpha[t, i, j] + beta[t, i, j] * prev
+                    if init is not None:
+                        prev = init[0, i, j]
+                b = beta
+                if betas is not None:
+                    b = betas[t, i, j]
+                out[t, i, j] = alpha[t, i, j] + b * prev
 
 
 @njit
-def adjoint_loop(g, beta, A, init, has_init, reverse, one, grad_alpha, grad_beta, has_grad_beta):
+def adjoint_loop(g, betas, beta, A, init, reverse, one, grad_alpha, grad_beta):
     """Backward of ``scan_loop(..., reverse)``: ``Ā_t = g_t + β_{t+s} Ā_{t+s}`` with
     ``s = -1`` for a reverse scan (so it runs forward), ``∂β_t = Ā_t A_{t-s}``."""
     T, Bh, Bl = g.shape
@@ -32,35 +36,28 @@ def adjoint_loop(g, beta, A, init, has_init, reverse, one, grad_alpha, grad_beta
             for j in range(Bl):
                 acc = g[t, i, j]
                 if k > 0:
-                    acc = acc + beta[t + shift, i, j] * grad_alpha[t + shift, i, j]
+                    b = beta
+                    if betas is not None:
+                        b = betas[t + shift, i, j]
+                    acc = acc + b * grad_alpha[t + shift, i, j]
                 grad_alpha[t, i, j] = acc
-                if has_grad_beta:
+                if grad_beta is not None:
                     p = t - shift
+                    a_prev = zero
                     if 0 <= p < T:
                         a_prev = A[p, i, j]
-                    elif has_init:
+                    elif init is not None:
                         a_prev = init[0, i, j]
-                    else:
-                        a_prev = zero
                     grad_beta[t, i, j] = acc * a_prev
 
 
 def run_scan(layout, arrays, scalars, outs, dtype, *, reverse):
-    alpha, beta, init = arrays
-    (beta_value,) = scalars
-    beta = constant(layout, beta_value, dtype) if beta is None else beta
-    has_init = init is not None
-    init = init if has_init else constant(layout, 0, dtype)[:1]
-    scan_loop(alpha, beta, init, has_init, reverse, dtype(1), outs[0])
+    alpha, betas, init = arrays
+    (beta,) = scalars
+    scan_loop(alpha, betas, dtype(beta), init, reverse, dtype(1), outs[0])
 
 
 def run_adjoint(layout, arrays, scalars, outs, dtype, *, reverse):
-    g, beta, A, init = arrays
-    (beta_value,) = scalars
-    beta = constant(layout, beta_value, dtype) if beta is None else beta
-    has_init = init is not None
-    init = init if has_init else constant(layout, 0, dtype)[:1]
-    grad_alpha, grad_beta = outs
-    has_grad_beta = grad_beta is not None
-    grad_beta = grad_beta if has_grad_beta else grad_alpha
-    adjoint_loop(g, beta, A, init, has_init, reverse, dtype(1), grad_alpha, grad_beta, has_grad_beta)
+    g, betas, A, init = arrays
+    (beta,) = scalars
+    adjoint_loop(g, betas, dtype(beta), A, init, reverse, dtype(1), *outs)

@@ -61,7 +61,7 @@ ADJOINT_FORWARD = _spec("linear_scan_adjoint", reverse=False, adjoint=True)
 ADJOINT_REVERSE = _spec("linear_scan_reverse_adjoint", reverse=True, adjoint=True)
 
 
-def linear_scan(alpha, beta, *, reverse=False, initial=None, time_dim=0, exact=False, out_dtype=None):
+def linear_scan(alpha, beta, *, reverse=False, initial=None, time_dim=0, exact=False, out_dtype=None, out=None):
     """Solve a first-order linear recurrence along ``time_dim``::
 
         forward:  A_t = α_t + β_t · A_{t-1},   A_{-1} = initial
@@ -89,4 +89,4 @@ def linear_scan(alpha, beta, *, reverse=False, initial=None, time_dim=0, exact=F
     if not isinstance(reverse, bool):
         raise TypeError(f"reverse must be a bool, got {type(reverse).__name__}")
     spec = REVERSE if reverse else FORWARD
-    return call.run(spec, (call.anchor, beta, initial), (beta_value,), exact=exact)[0]
+    return call.run(spec, (call.anchor, beta, initial), (beta_value,), exact=exact, out=out)[0]

@@ -1,28 +1,40 @@
 """Retrace(λ) as a compiled CPU loop."""
 import numpy as np
 
-from ..._cpu import coef, njit, no_flags, series_or_zeros
+from ..._cpu import njit
 
 
 @njit
-def retrace_loop(r, q, e, log_rho, e_next, has_next, boot, term, trunc, gamma, lmbda, gamma_lmbda, per_step,
+def retrace_loop(r, q, e, log_rho, e_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda,
                  c_clip, one, q_ret, adv):
     T, Bh, Bl = r.shape
     zero = one - one
     for t in range(T - 1, -1, -1):
         for i in range(Bh):
             for j in range(Bl):
-                if has_next:
+                if e_next is not None:
                     en = e_next[t, i, j]
                 elif t == T - 1:
                     en = boot[0, i, j]
                 else:
                     en = e[t + 1, i, j]
-                terminated = term[t, i, j] != 0
+                terminated = False
+                if term is not None:
+                    terminated = term[t, i, j] != 0
+                ended = terminated
+                if trunc is not None:
+                    ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
-                kappa = zero if (terminated or trunc[t, i, j] != 0 or t == T - 1) else one
-                g = gamma[t, i, j]
-                gl = g * lmbda[t, i, j] if per_step else gamma_lmbda
+                kappa = zero if (ended or t == T - 1) else one
+                g = gamma
+                lam = lmbda
+                gl = gamma_lmbda
+                if gammas is not None:
+                    g = gammas[t, i, j]
+                    gl = g * lam
+                if lmbdas is not None:
+                    lam = lmbdas[t, i, j]
+                    gl = g * lam
                 if t < T - 1:
                     c_ahead = min(np.exp(log_rho[t + 1, i, j]), c_clip)
                     q_ahead = q[t + 1, i, j]
@@ -41,13 +53,8 @@ def retrace_loop(r, q, e, log_rho, e_next, has_next, boot, term, trunc, gamma, l
 def run(layout, arrays, scalars, outs, dtype):
     r, q, e, log_rho, ne, boot, term, trunc, g, lam = arrays
     gamma, lmbda, gamma_lmbda, c_clip = scalars
-    retrace_loop(
-        r, q, e, log_rho, series_or_zeros(layout, ne, dtype), ne is not None,
-        series_or_zeros(layout, boot, dtype)[:1] if boot is None else boot,
-        no_flags(layout) if term is None else term, no_flags(layout) if trunc is None else trunc,
-        coef(layout, g, gamma, dtype), coef(layout, lam, lmbda, dtype), dtype(gamma_lmbda),
-        g is not None or lam is not None, dtype(c_clip), dtype(1), *outs,
-    )
+    retrace_loop(r, q, e, log_rho, ne, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda),
+                 dtype(c_clip), dtype(1), *outs)
 
 
 @njit

@@ -48,7 +48,7 @@ def emit(outs, s, scalars, A, A_in, keep, tile, T):
 
 # ----------------------------------------------------------------------------- from the action table
 
-BLOCK_A: tl.constexpr = 16  # actions reduced per step of the loop over the table's last axis
+BLOCK_A = tl.constexpr(16)  # actions reduced per step of the loop over the table's last axis
 
 
 @triton.jit
@@ -72,7 +72,8 @@ def _step_stats(Q, sq, P, sp, ACT, s_act, MU, s_mu, t, tile, T, ACC: tl.constexp
         qk = tl.load(Q + q_row[:, :, None] + k * sq[3], mask=mk, other=0).to(ACC)
         pk = tl.load(P + p_row[:, :, None] + k * sp[3], mask=mk, other=0).to(ACC)
         e += tl.sum(qk * pk, axis=2)
-    q = tl.where(valid | ~m, q, float("nan"))
+    zero = q * 0
+    q = tl.where(valid | ~m, q, zero / zero)  # NaN marks an action outside [0, A)
     return q, e, tl.log(p_taken) - mu
 
 

@@ -87,6 +87,7 @@ def retrace(
     time_dim=0,
     exact=False,
     out_dtype=None,
+    out=None,
 ) -> RetraceOutput:
     """Retrace(λ) targets (Munos et al. 2016), written recursively::
 
@@ -113,9 +114,9 @@ def retrace(
         ``RetraceOutput(q_targets, advantages)``, each of ``rewards``' shape.
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
-    q_taken = call.series("q_taken", q_taken)
-    expected_q = call.series("expected_q", expected_q)
-    log_rhos = call.series("log_rhos", log_rhos)
+    q_taken = call.series("q_taken", q_taken, required=True)
+    expected_q = call.series("expected_q", expected_q, required=True)
+    log_rhos = call.series("log_rhos", log_rhos, required=True)
     next_expected_q = call.series("next_expected_q", next_expected_q)
     bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
     terminated = call.flags("terminated", terminated)
@@ -126,7 +127,7 @@ def retrace(
     c_clip = check_clip("c_clip", c_clip)
     tensors = (call.anchor, q_taken, expected_q, log_rhos, next_expected_q, bootstrap_value, terminated, truncated,
                g.tensor, lam.tensor)
-    return RetraceOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact))
+    return RetraceOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact, out=out))
 
 
 def _table_differentiable(call, r, q_values, probs, actions, mu, ne, boot, term, trunc, g_t, l_t, gamma, lmbda,
@@ -170,6 +171,7 @@ def retrace_from_q(
     time_dim=0,
     exact=False,
     out_dtype=None,
+    out=None,
 ) -> RetraceOutput:
     """Retrace(λ) from the full action-value table, fused: for each step the kernel reads
     ``Q(s_t, ·)`` and ``π(·|s_t)`` and reduces over actions in blocks (so registers do not
@@ -193,7 +195,7 @@ def retrace_from_q(
     q_values = call.table("q_values", q_values)
     target_probs = call.table("target_probs", target_probs, like=q_values)
     actions = call.actions("actions", actions, q_values.shape[-1])
-    behaviour_log_probs = call.series("behaviour_log_probs", behaviour_log_probs)
+    behaviour_log_probs = call.series("behaviour_log_probs", behaviour_log_probs, required=True)
     next_expected_q = call.series("next_expected_q", next_expected_q)
     bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
     terminated = call.flags("terminated", terminated)
@@ -205,4 +207,4 @@ def retrace_from_q(
     c_clip = check_clip("c_clip", c_clip)
     tensors = (call.anchor, q_values, target_probs, actions, behaviour_log_probs, next_expected_q, bootstrap_value,
                terminated, truncated, g.tensor, lam.tensor)
-    return RetraceOutput(*call.run(TABLE_OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact))
+    return RetraceOutput(*call.run(TABLE_OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact, out=out))

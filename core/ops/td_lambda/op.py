@@ -52,6 +52,7 @@ def td_lambda(
     time_dim=0,
     exact=False,
     out_dtype=None,
+    out=None,
 ):
     """λ-returns (Sutton & Barto 2018, §12.1), cut at episode ends::
 
@@ -66,6 +67,8 @@ def td_lambda(
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values)
     next_values = call.series("next_values", next_values)
+    if values is None and next_values is None:
+        raise TypeError("td_lambda needs values (or next_values, the values after each step), got neither")
     bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
     terminated = call.flags("terminated", terminated)
     truncated = call.flags("truncated", truncated)
@@ -73,4 +76,4 @@ def td_lambda(
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
-    return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact)[0]
+    return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]

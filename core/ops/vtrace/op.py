@@ -74,6 +74,7 @@ def vtrace(
     time_dim=0,
     exact=False,
     out_dtype=None,
+    out=None,
 ) -> VTraceOutput:
     """V-trace targets and policy-gradient advantages (Espeholt et al. 2018)::
 
@@ -93,8 +94,8 @@ def vtrace(
         ``VTraceOutput(vs, pg_advantages)``, each of ``rewards``' shape.
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
-    values = call.series("values", values)
-    log_rhos = call.series("log_rhos", log_rhos)
+    values = call.series("values", values, required=True)
+    log_rhos = call.series("log_rhos", log_rhos, required=True)
     next_values = call.series("next_values", next_values)
     bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
     terminated = call.flags("terminated", terminated)
@@ -104,4 +105,4 @@ def vtrace(
     lam = call.coef("lmbda", lmbda)
     clips = tuple(check_clip(n, x) for n, x in (("rho_clip", rho_clip), ("c_clip", c_clip), ("pg_rho_clip", pg_rho_clip)))
     tensors = (call.anchor, values, log_rhos, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
-    return VTraceOutput(*call.run(OP, tensors, (g.value, lam.value) + clips, exact=exact))
+    return VTraceOutput(*call.run(OP, tensors, (g.value, lam.value) + clips, exact=exact, out=out))
