@@ -204,10 +204,11 @@ def test_advantages_are_filled_in_place():
     assert same_bits(buffer.returns, buffer.advantages + buffer.values)
 
 
-def test_gpu_only_for_large_fast_rollouts_on_cuda():
+def test_gpu_only_for_large_fast_rollouts_on_cuda(monkeypatch):
     def buffer(device, n, exact=False):
         return SimpleNamespace(device=torch.device(device), advantages=np.zeros(n), rlscan_exact=exact)
 
+    monkeypatch.setattr(adapter, "GPU_MIN_ELEMENTS", 1 << 12)
     big, small = adapter.GPU_MIN_ELEMENTS, adapter.GPU_MIN_ELEMENTS - 1
     with rlscan.use_backend("auto"):
         assert adapter._gpu_for(buffer("cuda", big)) == torch.device("cuda")
