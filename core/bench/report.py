@@ -213,9 +213,10 @@ def _clean(x):
     return str(x)
 
 
-def plot(path: str, cells, primary_key: str, title: str) -> bool:
-    """Speedup against T, one panel per op, one colour per N: solid against the fastest
-    alternative measured in that cell, dotted against the plain loop (``primary_key``)."""
+def plot(path: str, cells, solid: str, dashed: str, title: str) -> bool:
+    """rlscan's speedup against T, one panel per op, one colour per N: a solid line against
+    the ``solid`` alternative, a dashed one against ``dashed``, each where it was measured.
+    Only the N where either was measured are drawn."""
     try:
         import matplotlib
 
@@ -225,7 +226,7 @@ def plot(path: str, cells, primary_key: str, title: str) -> bool:
         print("matplotlib is not installed: no plot", file=sys.stderr)
         return False
     ops = list(dict.fromkeys(c["op"] for c in cells))
-    ns = sorted({c["N"] for c in cells})
+    ns = sorted({c["N"] for c in cells if speedups([c], solid) or speedups([c], dashed)})
     cols = min(4, max(1, len(ops)))
     rows = math.ceil(len(ops) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.6 * rows), squeeze=False)
@@ -233,14 +234,12 @@ def plot(path: str, cells, primary_key: str, title: str) -> bool:
     for ax, op in zip(axes.flat, ops):
         for i, n in enumerate(ns):
             colour = colours(i / max(1, len(ns) - 1))
-            mine = sorted((c for c in cells if c["op"] == op and c["N"] == n and not c.get("skipped")),
-                          key=lambda c: c["T"])
-            best = [(c["T"], _vs_best(c)) for c in mine if _vs_best(c)]
-            loop = [(c["T"], s) for c in mine for s in speedups([c], primary_key)]
-            if best:
-                ax.plot(*zip(*best), "-o", color=colour, markersize=3, label=f"N={n}")
-            if loop:
-                ax.plot(*zip(*loop), ":x", color=colour, linewidth=1, markersize=4)
+            mine = sorted((c for c in cells if c["op"] == op and c["N"] == n), key=lambda c: c["T"])
+            for key, style in ((solid, "-o"), (dashed, "--x")):
+                points = [(c["T"], x) for c in mine for x in speedups([c], key)]
+                if points:
+                    ax.plot(*zip(*points), style, color=colour, markersize=3.5, linewidth=1.2,
+                            label=f"N={n}" if key == solid else None)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -253,17 +252,8 @@ def plot(path: str, cells, primary_key: str, title: str) -> bool:
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle(f"{title}\nsolid: vs the fastest alternative measured; dotted: vs the plain loop ({primary_key})",
-                 fontsize=9)
+    fig.suptitle(f"{title}\nrlscan's speedup: solid against {solid}, dashed against {dashed}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 0.93, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
-
-
-def _vs_best(cell):
-    rl = cell["impls"]["rlscan"]
-    alts = [r["full_us"] for k, r in cell["impls"].items() if k != "rlscan" and r["status"] == "ok"]
-    if rl["status"] != "ok" or not alts:
-        return None
-    return min(alts) / rl["full_us"]
