@@ -117,7 +117,7 @@ def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int) -> Config:
     b_programs = math.ceil(B / cfg.block_b)
     want = 4 * n_sm
     n_windows = math.ceil(T / _window(cfg))
-    if b_programs >= n_sm or n_windows < 4:
+    if b_programs >= n_sm or n_windows < 4 or T < 1024:  # a second launch does not pay for short T
         return _with_chunks(cfg, T, 1)
     n_chunks = min(n_windows, math.ceil(want / b_programs), max(1, _MAX_CHUNK_TILE // cfg.block_b))
     return _with_chunks(cfg, T, n_chunks)
