@@ -169,6 +169,17 @@ class Call:
         check_shape(name, x, self.shape, self.anchor_name)
         return x
 
+    def episode_ends(self, op_name: str, next_values, bootstrap_value, terminated, truncated, *, required: bool,
+                     value_name: str = "values") -> tuple:
+        """``(next_values, bootstrap_value, terminated, truncated)``, checked, with the rules that
+        make the value after each step well defined (docs/semantics.md)."""
+        next_values = self.series(f"next_{value_name}", next_values)
+        bootstrap_value = self.batch("bootstrap_value", bootstrap_value)
+        terminated = self.flags("terminated", terminated)
+        truncated = self.flags("truncated", truncated)
+        value_after_rule(op_name, next_values, bootstrap_value, truncated, required=required, value_name=value_name)
+        return next_values, bootstrap_value, terminated, truncated
+
     def coef(self, name: str, value) -> Coef:
         """``gamma`` or ``lmbda``: a float in [0, 1], or a tensor that broadcasts to the inputs."""
         if type(value) is float and 0.0 <= value <= 1.0:

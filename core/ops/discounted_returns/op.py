@@ -1,7 +1,7 @@
 """``rlscan.discounted_returns``: discounted sums of rewards, cut at episode ends."""
 from __future__ import annotations
 
-from ..._call import Call, OpSpec, value_after_rule
+from ..._call import Call, OpSpec
 from ..._library import register_fused
 from .. import _forms
 from ..linear_scan import linear_scan
@@ -63,11 +63,8 @@ def discounted_returns(
     docs/semantics.md.
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
-    next_values = call.series("next_values", next_values)
-    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
-    terminated = call.flags("terminated", terminated)
-    truncated = call.flags("truncated", truncated)
-    value_after_rule("discounted_returns", next_values, bootstrap_value, truncated, required=False)
+    next_values, bootstrap_value, terminated, truncated = call.episode_ends(
+        "discounted_returns", next_values, bootstrap_value, terminated, truncated, required=False)
     g = call.coef("gamma", gamma)
     tensors = (call.anchor, next_values, bootstrap_value, terminated, truncated, g.tensor)
     return call.run(OP, tensors, (g.value,), exact=exact, out=out)[0]

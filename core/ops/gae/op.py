@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..._call import Call, OpSpec, value_after_rule
+from ..._call import Call, OpSpec
 from ..._library import register_fused
 from .. import _forms
 from ..linear_scan import linear_scan
@@ -96,11 +96,8 @@ def gae(
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values, required=True)
-    next_values = call.series("next_values", next_values)
-    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
-    terminated = call.flags("terminated", terminated)
-    truncated = call.flags("truncated", truncated)
-    value_after_rule("gae", next_values, bootstrap_value, truncated, required=True)
+    next_values, bootstrap_value, terminated, truncated = call.episode_ends(
+        "gae", next_values, bootstrap_value, terminated, truncated, required=True)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)

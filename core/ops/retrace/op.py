@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..._call import Call, OpSpec, value_after_rule
+from ..._call import Call, OpSpec
 from ..._library import register_fused
 from ..._inputs import check_clip
 from .. import _forms
@@ -117,11 +117,8 @@ def retrace(
     q_taken = call.series("q_taken", q_taken, required=True)
     expected_q = call.series("expected_q", expected_q, required=True)
     log_rhos = call.series("log_rhos", log_rhos, required=True)
-    next_expected_q = call.series("next_expected_q", next_expected_q)
-    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
-    terminated = call.flags("terminated", terminated)
-    truncated = call.flags("truncated", truncated)
-    value_after_rule("retrace", next_expected_q, bootstrap_value, truncated, required=True, value_name="expected_q")
+    next_expected_q, bootstrap_value, terminated, truncated = call.episode_ends(
+        "retrace", next_expected_q, bootstrap_value, terminated, truncated, required=True, value_name="expected_q")
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     c_clip = check_clip("c_clip", c_clip)
@@ -196,12 +193,9 @@ def retrace_from_q(
     target_probs = call.table("target_probs", target_probs, like=q_values)
     actions = call.actions("actions", actions, q_values.shape[-1])
     behaviour_log_probs = call.series("behaviour_log_probs", behaviour_log_probs, required=True)
-    next_expected_q = call.series("next_expected_q", next_expected_q)
-    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
-    terminated = call.flags("terminated", terminated)
-    truncated = call.flags("truncated", truncated)
-    value_after_rule("retrace_from_q", next_expected_q, bootstrap_value, truncated, required=True,
-                     value_name="expected_q")
+    next_expected_q, bootstrap_value, terminated, truncated = call.episode_ends(
+        "retrace_from_q", next_expected_q, bootstrap_value, terminated, truncated, required=True,
+        value_name="expected_q")
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     c_clip = check_clip("c_clip", c_clip)

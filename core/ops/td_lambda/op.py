@@ -1,7 +1,7 @@
 """``rlscan.td_lambda``: λ-returns."""
 from __future__ import annotations
 
-from ..._call import Call, OpSpec, value_after_rule
+from ..._call import Call, OpSpec
 from ..._library import register_fused
 from .. import _forms
 from ..linear_scan import linear_scan
@@ -66,13 +66,10 @@ def td_lambda(
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values)
-    next_values = call.series("next_values", next_values)
+    next_values, bootstrap_value, terminated, truncated = call.episode_ends(
+        "td_lambda", next_values, bootstrap_value, terminated, truncated, required=True)
     if values is None and next_values is None:
         raise TypeError("td_lambda needs values (or next_values, the values after each step), got neither")
-    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
-    terminated = call.flags("terminated", terminated)
-    truncated = call.flags("truncated", truncated)
-    value_after_rule("td_lambda", next_values, bootstrap_value, truncated, required=True)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)

@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..._call import Call, OpSpec, value_after_rule
+from ..._call import Call, OpSpec
 from ..._library import register_fused
 from ..._inputs import check_clip
 from .. import _forms
@@ -96,11 +96,8 @@ def vtrace(
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values, required=True)
     log_rhos = call.series("log_rhos", log_rhos, required=True)
-    next_values = call.series("next_values", next_values)
-    bootstrap_value = call.batch("bootstrap_value", bootstrap_value)
-    terminated = call.flags("terminated", terminated)
-    truncated = call.flags("truncated", truncated)
-    value_after_rule("vtrace", next_values, bootstrap_value, truncated, required=True)
+    next_values, bootstrap_value, terminated, truncated = call.episode_ends(
+        "vtrace", next_values, bootstrap_value, terminated, truncated, required=True)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     clips = tuple(check_clip(n, x) for n, x in (("rho_clip", rho_clip), ("c_clip", c_clip), ("pg_rho_clip", pg_rho_clip)))

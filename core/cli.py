@@ -1,0 +1,147 @@
+"""The ``rlscan`` command line.
+
+    rlscan bench [--ops gae,vtrace] [--shapes 4096x128,16x262144] [--layout tn|nt]
+                 [--dtype float32] [--quick] [--e2e] [--out DIR] [--repeat K]
+
+See ``rlscan bench --help`` and the method in :mod:`rlscan.bench`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+DTYPES = {"float32": "float32", "fp32": "float32", "f32": "float32", "float16": "float16", "fp16": "float16",
+          "f16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "float64",
+          "fp64": "float64", "f64": "float64", "double": "float64"}
+
+
+def _ops(text: str) -> tuple:
+    from .bench.cases import CASES
+
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    unknown = [n for n in names if n not in CASES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown op(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(CASES)} (or 'none')")
+    return names
+
+
+def _shape(text: str) -> tuple:
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        n, t = (int(float(p)) if float(p).is_integer() else None for p in parts)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"a shape is NxT with N environments and T steps, got {text!r}") from None
+    if n is None or t is None or n < 1 or t < 1:
+        raise argparse.ArgumentTypeError(f"a shape needs positive whole N and T, got {text!r}")
+    return n, t
+
+
+def _shapes(text: str) -> tuple:
+    shapes = tuple(_shape(s.strip()) for s in text.split(",") if s.strip())
+    if not shapes:
+        raise argparse.ArgumentTypeError("--shapes needs at least one NxT")
+    return shapes
+
+
+def _dtype(text: str) -> str:
+    try:
+        return DTYPES[text.strip().lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"dtype must be one of float32, float16, bfloat16, float64, got {text!r}") from None
+
+
+def _alternatives(text: str) -> tuple:
+    from .bench.alternatives import ALTERNATIVES
+
+    keys = tuple(s.strip() for s in text.split(",") if s.strip())
+    known = [a.key for a in ALTERNATIVES]
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown alternative(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    return keys
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        if not x > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return x
+
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    from .bench.cases import CASES
+
+    top = argparse.ArgumentParser(prog="rlscan", description="rlscan: RL credit assignment as fused scans.")
+    top.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = top.add_subparsers(dest="command")
+    b = sub.add_parser(
+        "bench", help="time every op against the alternatives users would pick",
+        description="Time every op against the alternatives a user would otherwise pick (Python loops, "
+                    "torch.compile of a doubling scan, TorchRL, SB3, the exact sequential kernel), after checking "
+                    "each result against a float64 truth. Prints a table as it goes; writes bench.json and "
+                    "bench.png to --out.")
+    b.add_argument("--ops", type=_ops, default=tuple(CASES),
+                   help=f"comma-separated ops (default: all of {','.join(CASES)}); 'none' runs only --e2e")
+    b.add_argument("--shapes", type=_shapes, default=None,
+                   help="comma-separated NxT shapes, N environments x T steps (e.g. 4096x128,16x262144); "
+                        "default: the full grid, or the quick set with --quick")
+    b.add_argument("--layout", choices=("tn", "nt"), default="tn",
+                   help="memory layout: tn = [T, N] time-major (default), nt = [N, T] contiguous along time")
+    b.add_argument("--dtype", type=_dtype, default="float32", help="float32 (default), float16, bfloat16, float64")
+    b.add_argument("--quick", action="store_true", help="a handful of shapes and shorter timing (what CI runs)")
+    b.add_argument("--e2e", action="store_true",
+                   help="also time credit assignment's share of a PPO update (synthetic PPO; SB3 PPO if installed)")
+    b.add_argument("--out", default="bench-out", help="directory for bench.json and bench.png (default ./bench-out)")
+    b.add_argument("--repeat", type=_positive(int), default=None,
+                   help="timing rounds per measurement; the median counts (default 5, 3 with --quick)")
+    b.add_argument("--cap", type=_positive(float), default=None, dest="cap_s",
+                   help="seconds one call of a sequential alternative may take before it is skipped with its "
+                        "estimate (default 2, 1 with --quick on a GPU, 0.3 on a CPU)")
+    b.add_argument("--compile-budget", type=_positive(float), default=None, dest="compile_budget_s",
+                   help="seconds of torch.compile time per op, after which compile cells are skipped "
+                        "(default 30, 60 with --quick)")
+    b.add_argument("--alternatives", type=_alternatives, default=None,
+                   help="comma-separated subset of the alternatives to time (rlscan is always timed)")
+    b.add_argument("--all-cells", action="store_true",
+                   help="run the loops and torch.compile at every cell of the default grid, not only its subset")
+    b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    return top
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(f"rlscan {__version__}")
+        return 0
+    if args.command != "bench":
+        parser().print_help()
+        return 2
+    import torch
+
+    from .bench.runner import Options, run
+
+    if not args.ops and not args.e2e:
+        print("rlscan bench: --ops none leaves nothing to run without --e2e", file=sys.stderr)
+        return 2
+    opts = Options(ops=args.ops, shapes=args.shapes, layout=args.layout, dtype=getattr(torch, args.dtype),
+                   quick=args.quick, e2e=args.e2e, out=args.out, repeat=args.repeat, cap_s=args.cap_s,
+                   compile_budget_s=args.compile_budget_s, alternatives=args.alternatives, all_cells=args.all_cells,
+                   seed=args.seed)
+    return run(opts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
