@@ -51,9 +51,11 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def path_for(device_type: str) -> str:
+def path_for(device_type: str, what: str = "the inputs") -> str:
     """``"triton"`` or ``"cpu"``: the path that runs tensors living on ``device_type``."""
     if _backend == "auto":
+        if device_type not in ("cpu", "cuda"):
+            raise ValueError(f"{what} is on a {device_type} device: rlscan runs CPU and CUDA tensors and numpy arrays")
         return "triton" if device_type == "cuda" else "cpu"
     if _backend == "cpu":
         if device_type != "cpu":
@@ -68,5 +70,5 @@ def path_for(device_type: str) -> str:
             "set TRITON_INTERPRET=1 before importing triton, or select the 'auto' or 'cpu' backend"
         )
     if device_type not in ("cpu", "cuda"):
-        raise ValueError(f"the 'triton' backend runs CUDA tensors, got {device_type} tensors")
+        raise ValueError(f"{what} is on a {device_type} device: the 'triton' backend runs CUDA tensors")
     return "triton"

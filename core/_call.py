@@ -240,6 +240,8 @@ class Call:
             check_shape(name, o, self.shape, self.anchor_name)
             if self.out_dtype is not None and o.dtype != self.out_dtype:
                 raise TypeError(f"{name} has dtype {o.dtype} but out_dtype is {self.out_dtype}")
+            if any(s == 0 and n > 1 for n, s in zip(o.shape, o.stride())):
+                raise ValueError(f"{name} overlaps itself: its elements share memory (a broadcast view); it needs one place per output")
             checked.append(o)
         others = [t for t in tensors if t is not None]
         for k, o in enumerate(checked):
@@ -259,9 +261,15 @@ class Call:
         if out is not None:
             outs = self.given_outputs(out, op.n_out, tensors)
             self.out_dtype = outs[0].dtype
+        needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
         if 0 in self.shape:
-            return self.finish(outs or self.new_outputs(op.n_out))
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+            outs = outs or self.new_outputs(op.n_out)
+            if needs_grad and out is None:
+                # empty outputs, but part of the graph, so backward() works (with empty gradients)
+                link = sum(t.sum() * 0 for t in tensors if t is not None and t.requires_grad)
+                outs = tuple(o + link.to(o.dtype) for o in outs)
+            return self.finish(outs)
+        if needs_grad:
             if outs is not None:
                 raise ValueError("out= cannot be used when an input requires grad (autograd needs fresh outputs)")
             return self.finish(op.differentiable(self, *tensors, *scalars))
@@ -284,7 +292,7 @@ class Call:
 
     def compute(self, op: OpSpec, tensors: tuple, scalars: tuple, outs: tuple, exact: bool) -> None:
         """Fill the preallocated ``outs``."""
-        path = _backend.path_for(self.device.type)
+        path = _backend.path_for(self.device.type, self.anchor_name)
         signature = None
         if path == "triton":
             from ._triton.launch import launch_cached

@@ -46,11 +46,12 @@ def _view3(t: torch.Tensor, layout, kind: str, compute_dtype: torch.dtype) -> np
     v = t.detach().as_strided(shape, tuple(s), t.storage_offset())
     if v.dtype == torch.bool:
         return v.numpy().view(np.uint8)
-    if v.dtype in (torch.float16, torch.bfloat16):
-        # numba reads neither; flags become 0/1 bytes, series the compute dtype.
-        v = v.to(compute_dtype)
-    elif v.is_floating_point() and v.dtype != compute_dtype and v.dtype != torch.uint8:
-        v = v.to(compute_dtype)
+    if kind == "flag" and v.dtype not in (torch.uint8, torch.float32, torch.float64):
+        return (v != 0).to(torch.uint8).numpy()  # numba reads neither half type; "set" is "non-zero"
+    if kind == "flag":
+        return v.numpy()
+    if v.is_floating_point() and v.dtype != compute_dtype:
+        v = v.to(compute_dtype)  # numba reads no half types; mixed dtypes meet in the compute dtype
     return v.numpy()
 
 

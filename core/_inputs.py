@@ -117,6 +117,11 @@ def to_tensor(name: str, x):
             )
         if x.dtype.kind not in "biuf":
             raise TypeError(f"{name} must hold real numbers, got a numpy array of {x.dtype}")
+        if any(s < 0 for s in x.strides):
+            raise ValueError(
+                f"{name} is a numpy view with negative strides (a reversed view), which torch cannot "
+                f"wrap without a copy; pass np.ascontiguousarray({name})"
+            )
         return torch.from_numpy(x), True
     raise TypeError(f"{name} must be a torch.Tensor or a numpy array, got {type(x).__name__}")
 

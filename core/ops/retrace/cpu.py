@@ -14,10 +14,13 @@ def retrace_loop(r, q, e, log_rho, e_next, boot, term, trunc, gammas, lmbdas, ga
             for j in range(Bl):
                 if e_next is not None:
                     en = e_next[t, i, j]
-                elif t == T - 1:
-                    en = boot[0, i, j]
-                else:
-                    en = e[t + 1, i, j]
+                else:  # nested, so numba prunes the bootstrap read when it is None
+                    en = zero
+                    if boot is not None:
+                        if t == T - 1:
+                            en = boot[0, i, j]
+                    if t < T - 1:
+                        en = e[t + 1, i, j]
                 terminated = False
                 if term is not None:
                     terminated = term[t, i, j] != 0

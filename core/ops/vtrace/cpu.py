@@ -15,10 +15,14 @@ def vtrace_loop(r, v, log_rho, v_next, boot, term, trunc, gammas, lmbdas, gamma,
             for j in range(Bl):
                 if v_next is not None:
                     vn = v_next[t, i, j]
-                elif t == T - 1:
-                    vn = boot[0, i, j]
-                else:
-                    vn = v[t + 1, i, j]
+                else:  # nested checks, so numba prunes whichever of v and boot is None
+                    vn = zero
+                    if boot is not None:
+                        if t == T - 1:
+                            vn = boot[0, i, j]
+                    if v is not None:
+                        if t < T - 1:
+                            vn = v[t + 1, i, j]
                 terminated = False
                 if term is not None:
                     terminated = term[t, i, j] != 0

@@ -1,0 +1,307 @@
+"""Bad inputs get the error docs/errors.md lists for them.
+
+The doc is the source of truth: its tables are parsed here, every row must have a
+case below (and every case a row), and each case must raise the row's exception with
+a message that names the row's argument and contains its fragment."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import rlscan
+
+ERRORS_MD = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+KNOWN_GAPS = "Known gaps"
+
+
+def read_table(path=ERRORS_MD):
+    """``[(id, argument, exception, fragment, known_gap)]`` from the doc's tables."""
+    rows, section = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert len(cells) == 5, f"errors.md: a row needs 5 cells: {line}"
+        case_id, _, argument, exception, fragment = (c.strip("`") for c in cells)
+        rows.append((case_id, argument, exception, fragment, section == KNOWN_GAPS))
+    return rows
+
+
+ROWS = read_table()
+
+T, N = 5, 3
+
+
+def f32(*shape, device="cpu"):
+    return torch.randn(*shape, device=device)
+
+
+def r():
+    return f32(T, N)
+
+
+def boot():
+    return f32(N)
+
+
+def flags(*shape):
+    return torch.zeros(*shape or (T, N), dtype=torch.bool)
+
+
+def meta(x):
+    return x.to("meta")
+
+
+def gae(rewards=None, values=None, **kw):
+    kw.setdefault("bootstrap_value", None if "next_values" in kw else boot())
+    return rlscan.gae(r() if rewards is None else rewards, r() if values is None else values, **kw)
+
+
+def vtrace(**kw):
+    kw.setdefault("bootstrap_value", boot())
+    args = {"rewards": r(), "values": r(), "log_rhos": r(), **kw}
+    return rlscan.vtrace(args.pop("rewards"), args.pop("values"), args.pop("log_rhos"), **args)
+
+
+def retrace(**kw):
+    kw.setdefault("bootstrap_value", boot())
+    args = {"rewards": r(), "q_taken": r(), "expected_q": r(), "log_rhos": r(), **kw}
+    series = [args.pop(k) for k in ("rewards", "q_taken", "expected_q", "log_rhos")]
+    return rlscan.retrace(*series, **args)
+
+
+def with_element(value, name_shape=(T, N), fill=0.9):
+    x = torch.full(name_shape, fill)
+    x[2, 1] = value
+    return x
+
+
+def big_endian(x: np.ndarray) -> np.ndarray:
+    return x.astype(x.dtype.newbyteorder(">" if sys.byteorder == "little" else "<"))
+
+
+def in_subprocess(code: str, **env):
+    """Run ``code`` in a fresh interpreter and re-raise its exception here, by type name."""
+    environ = {**os.environ, **env}
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    match = re.match(r"(\w+): (.*)", last)
+    if done.returncode == 0 or not match:
+        raise AssertionError(f"expected an exception, got rc={done.returncode}: {done.stderr[-2000:]}")
+    raise {"ValueError": ValueError, "TypeError": TypeError}.get(match.group(1), RuntimeError)(match.group(2))
+
+
+CASES = {
+    # shapes
+    "values-shape": lambda: gae(values=f32(T - 2, N)),
+    "next-values-shape": lambda: gae(next_values=f32(T, 1)),
+    "log-rhos-shape": lambda: vtrace(log_rhos=f32(N, T)),
+    "q-taken-shape": lambda: retrace(q_taken=f32(T, N, 1)),
+    "flags-shape": lambda: gae(terminated=flags(T, 1)),
+    "dones-shape": lambda: rlscan.episodic_cumsum(r(), dones=flags(T)),
+    "bootstrap-keeps-time": lambda: gae(bootstrap_value=f32(1, N)),
+    "bootstrap-full-shape": lambda: gae(bootstrap_value=f32(T, N)),
+    "bootstrap-time-last": lambda: gae(f32(N, T), f32(N, T), bootstrap_value=f32(T), time_dim=1),
+    "initial-shape": lambda: rlscan.linear_scan(r(), r(), initial=f32(T)),
+    "beta-shape": lambda: rlscan.linear_scan(r(), f32(T, 1)),
+    "gamma-broadcast": lambda: gae(gamma=torch.full((N + 1,), 0.9)),
+    "lmbda-broadcast": lambda: gae(lmbda=torch.full((T, 2), 0.9)),
+    "zero-dim": lambda: rlscan.gae(torch.tensor(1.0), torch.tensor(1.0), bootstrap_value=torch.tensor(0.0)),
+    # the time dimension
+    "time-dim-high": lambda: gae(time_dim=2),
+    "time-dim-low": lambda: gae(time_dim=-3),
+    "time-dim-float": lambda: gae(time_dim=1.0),
+    "time-dim-bool": lambda: gae(time_dim=True),
+    "time-dim-none": lambda: gae(time_dim=None),
+    # devices
+    "values-device": lambda: gae(values=meta(r())),
+    "bootstrap-device": lambda: gae(bootstrap_value=meta(boot())),
+    "flags-device": lambda: gae(terminated=meta(flags())),
+    "gamma-device": lambda: gae(gamma=meta(torch.full((T, N), 0.9))),
+    "initial-device": lambda: rlscan.linear_scan(r(), 0.5, initial=meta(boot())),
+    "cpu-backend-device": lambda: _under("cpu", lambda: gae(meta(r()), meta(r()), bootstrap_value=meta(boot()))),
+    "triton-without-interpreter": lambda: in_subprocess(
+        "import torch, rlscan; rlscan.set_backend('triton'); "
+        "rlscan.gae(torch.zeros(4, 2), torch.zeros(4, 2), bootstrap_value=torch.zeros(2))",
+        TRITON_INTERPRET="0", RLSCAN_BACKEND="auto"),
+    # types and dtypes
+    "rewards-int": lambda: gae(rewards=torch.ones(T, N, dtype=torch.int64)),
+    "values-int": lambda: gae(values=torch.ones(T, N, dtype=torch.int32)),
+    "rewards-complex": lambda: gae(rewards=torch.ones(T, N, dtype=torch.complex64)),
+    "rewards-bool": lambda: gae(rewards=flags()),
+    "x-uint8": lambda: rlscan.episodic_cumsum(torch.ones(T, N, dtype=torch.uint8), dones=None),
+    "numpy-complex": lambda: rlscan.gae(np.ones((T, N), np.complex128), np.ones((T, N), np.float32),
+                                        bootstrap_value=np.ones(N, np.float32)),
+    "numpy-object": lambda: rlscan.gae(np.ones((T, N), np.float32), np.full((T, N), None, dtype=object),
+                                       bootstrap_value=np.ones(N, np.float32)),
+    "numpy-int": lambda: rlscan.gae(np.ones((T, N), np.int64), np.ones((T, N), np.float32),
+                                    bootstrap_value=np.ones(N, np.float32)),
+    "rewards-list": lambda: rlscan.gae([[0.0] * N] * T, r(), bootstrap_value=boot()),
+    "bootstrap-float": lambda: gae(bootstrap_value=1.0),
+    "initial-float": lambda: rlscan.episodic_cumsum(r(), dones=None, initial=0.0),
+    "flags-int64": lambda: gae(terminated=torch.zeros(T, N, dtype=torch.int64)),
+    "dones-int32": lambda: rlscan.episodic_cumsum(r(), dones=torch.zeros(T, N, dtype=torch.int32)),
+    "numpy-flags-int64": lambda: gae(next_values=r(), truncated=np.zeros((T, N), np.int64)),
+    "byte-order": lambda: rlscan.discounted_returns(big_endian(np.ones((T, N), np.float32))),
+    "numpy-flags-byte-order": lambda: gae(terminated=big_endian(np.zeros((T, N), np.float32))),
+    # γ and λ
+    "gamma-above-one": lambda: gae(gamma=1.5),
+    "gamma-negative": lambda: gae(gamma=-0.1),
+    "gamma-nan": lambda: gae(gamma=float("nan")),
+    "lmbda-above-one": lambda: gae(lmbda=1.01),
+    "lmbda-nan": lambda: gae(lmbda=float("nan")),
+    "eligibility-gamma-above-one": lambda: rlscan.eligibility_traces(r(), dones=None, gamma=2.0, lmbda=0.9),
+    "gamma-tensor-above-one": lambda: gae(gamma=with_element(1.5)),
+    "gamma-tensor-nan": lambda: gae(gamma=with_element(float("nan"))),
+    "lmbda-tensor-negative": lambda: gae(lmbda=with_element(-0.5)),
+    "gamma-0d-tensor-inf": lambda: gae(gamma=torch.tensor(float("inf"))),
+    "gamma-int-tensor": lambda: gae(gamma=torch.ones(T, N, dtype=torch.int64)),
+    "gamma-str": lambda: gae(gamma="0.99"),
+    "gamma-none": lambda: gae(gamma=None),
+    "gamma-bool": lambda: gae(gamma=True),
+    "gamma-list": lambda: gae(gamma=[0.99]),
+    # clips
+    "rho-clip-negative": lambda: vtrace(rho_clip=-1.0),
+    "c-clip-nan": lambda: vtrace(c_clip=float("nan")),
+    "pg-rho-clip-minus-inf": lambda: vtrace(pg_rho_clip=-float("inf")),
+    "retrace-c-clip-negative": lambda: retrace(c_clip=-0.5),
+    "c-clip-tensor": lambda: vtrace(c_clip=torch.tensor(1.0)),
+    "rho-clip-none": lambda: vtrace(rho_clip=None),
+    # the value after the last step
+    "truncated-without-next-values": lambda: gae(truncated=flags()),
+    "td-lambda-truncated-without-next-values": lambda: rlscan.td_lambda(r(), r(), bootstrap_value=boot(),
+                                                                        truncated=flags()),
+    "returns-truncated-without-next-values": lambda: rlscan.discounted_returns(r(), truncated=flags()),
+    "retrace-truncated-without-next-expected-q": lambda: retrace(truncated=flags()),
+    "both-next-values-and-bootstrap": lambda: gae(next_values=r(), bootstrap_value=boot()),
+    "returns-both-next-values-and-bootstrap": lambda: rlscan.discounted_returns(r(), next_values=r(),
+                                                                                bootstrap_value=boot()),
+    "gae-missing-bootstrap": lambda: rlscan.gae(r(), r()),
+    "td-lambda-missing-bootstrap": lambda: rlscan.td_lambda(r(), r(), terminated=flags()),
+    "vtrace-missing-bootstrap": lambda: rlscan.vtrace(r(), r(), r()),
+    "retrace-missing-bootstrap": lambda: rlscan.retrace(r(), r(), r(), r()),
+    # options
+    "out-dtype-int": lambda: gae(out_dtype=torch.int32),
+    "out-dtype-str": lambda: gae(out_dtype="float32"),
+    "out-dtype-numpy": lambda: gae(out_dtype=np.float32),
+    "exact-int": lambda: gae(exact=1),
+    "exact-none": lambda: gae(exact=None),
+    "exact-str": lambda: rlscan.gae(f32(0, N), f32(0, N), bootstrap_value=boot(), exact="yes"),
+    "reverse-int": lambda: rlscan.linear_scan(r(), 0.5, reverse=1),
+    "dones-missing": lambda: rlscan.episodic_cumsum(r()),
+    "eligibility-gamma-missing": lambda: rlscan.eligibility_traces(r(), dones=flags(), lmbda=0.9),
+    # outputs given with out=
+    "out-not-a-tuple": lambda: gae(out=f32(T, N)),
+    "out-too-short": lambda: gae(out=[f32(T, N)]),
+    "out-tuple-for-one": lambda: rlscan.td_lambda(r(), r(), bootstrap_value=boot(), out=(f32(T, N), f32(T, N))),
+    "out-str": lambda: rlscan.discounted_returns(r(), out="x"),
+    "out-shape": lambda: gae(out=(f32(T, 1), f32(T, N))),
+    "out-int": lambda: gae(out=(torch.zeros(T, N, dtype=torch.int32), f32(T, N))),
+    "out-device": lambda: gae(out=(f32(T, N), meta(f32(T, N)))),
+    "out-vs-out-dtype": lambda: gae(out=(f32(T, N), f32(T, N)), out_dtype=torch.float64),
+    "out-is-an-input": lambda: (lambda x: gae(rewards=x, out=(x, f32(T, N))))(r()),
+    "out-twice": lambda: (lambda o: gae(out=(o, o)))(f32(T, N)),
+    "out-with-grad": lambda: gae(rewards=r().requires_grad_(), out=(f32(T, N), f32(T, N))),
+    # backends
+    "set-backend-unknown": lambda: rlscan.set_backend("gpu"),
+    "set-backend-case": lambda: rlscan.set_backend("CPU"),
+    "set-backend-none": lambda: rlscan.set_backend(None),
+    "use-backend-unknown": lambda: _under("cuda", lambda: None),
+    "env-backend-unknown": lambda: in_subprocess("import rlscan", RLSCAN_BACKEND="gpu"),
+    # known gaps
+    "numpy-negative-strides": lambda: rlscan.discounted_returns(np.ones((T, N), np.float32)[::-1]),
+    "out-overlaps-itself": lambda: rlscan.episodic_cumsum(r(), dones=None, out=torch.empty(1, N).expand(T, N)),
+    "auto-backend-other-device": lambda: _under("auto", lambda: gae(meta(r()), meta(r()),
+                                                                    bootstrap_value=meta(boot()))),
+}
+
+
+def _under(backend, fn):
+    with rlscan.use_backend(backend):
+        return fn()
+
+
+EXCEPTIONS = {"ValueError": ValueError, "TypeError": TypeError}
+
+
+def test_doc_and_cases_agree():
+    ids = [row[0] for row in ROWS]
+    assert len(ids) == len(set(ids)), "errors.md: duplicate ids"
+    assert set(ids) == set(CASES), (
+        f"in errors.md but not tested: {sorted(set(ids) - set(CASES))}; "
+        f"tested but not in errors.md: {sorted(set(CASES) - set(ids))}"
+    )
+
+
+def _param(row):
+    case_id, _, _, _, known_gap = row
+    marks = [pytest.mark.xfail(strict=True, reason="known gap (docs/errors.md)")] if known_gap else []
+    return pytest.param(row, id=case_id, marks=marks)
+
+
+@pytest.mark.parametrize("row", [_param(row) for row in ROWS])
+def test_bad_input(row):
+    case_id, argument, exception, fragment, _ = row
+    with pytest.raises(EXCEPTIONS[exception]) as caught:
+        CASES[case_id]()
+    message = str(caught.value)
+    assert argument in message, f"the message does not name {argument}: {message!r}"
+    assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_table_is_parsed():
+    """The parser sees every section's rows (a doc edit that breaks the table format fails here)."""
+    sections = {row[2] for row in ROWS}
+    assert sections == {"ValueError", "TypeError"}
+    assert len(ROWS) > 60
+
+
+# ----------------------------------------------------------------------------- accepted inputs
+
+
+@pytest.mark.parametrize("flag_value", [2.0, -1.0, 0.5, float("nan")])
+def test_non_binary_flags_count_as_set(path, flag_value):
+    """A flag is set where it is non-zero (docs/errors.md, "Accepted, though they may surprise")."""
+    rewards = torch.randn(T, N, device=path.device)
+    values = torch.randn(T, N, device=path.device)
+    where = torch.zeros(T, N, dtype=torch.bool, device=path.device)
+    where[1, 0] = where[3, 2] = True
+    odd = torch.where(where, flag_value, 0.0)
+    for kind in ("terminated", "truncated"):
+        got = rlscan.gae(rewards, values, next_values=values, **{kind: odd})
+        want = rlscan.gae(rewards, values, next_values=values, **{kind: where})
+        torch.testing.assert_close(got.advantages, want.advantages, rtol=0, atol=0)
+    got = rlscan.episodic_cumsum(rewards, dones=odd)
+    torch.testing.assert_close(got, rlscan.episodic_cumsum(rewards, dones=where), rtol=0, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_read_only_numpy_is_read():
+    base = np.arange(T, dtype=np.float32)[:, None]
+    rewards = np.broadcast_to(base, (T, N))
+    assert not rewards.flags.writeable
+    with rlscan.use_backend("cpu"):
+        out = rlscan.discounted_returns(rewards, gamma=1.0)
+    np.testing.assert_array_equal(out, np.broadcast_to(np.cumsum(base[::-1], 0)[::-1], (T, N)))
+
+
+def test_wider_gamma_does_not_widen():
+    out = rlscan.gae(r(), r(), bootstrap_value=boot(), gamma=torch.full((T, N), 0.9, dtype=torch.float64))
+    assert out.advantages.dtype == torch.float32
+
+
+def test_tiny_float64_flags_count_as_set():
+    """Non-zero is non-zero on both paths, whatever the flag's dtype."""
+    x = torch.ones(4, 2)
+    dones = torch.zeros(4, 2, dtype=torch.float64)
+    dones[1] = 1e-300
+    with rlscan.use_backend("cpu"):
+        got = rlscan.episodic_cumsum(x, dones=dones)
+    torch.testing.assert_close(got, rlscan.episodic_cumsum(x, dones=dones != 0))

@@ -1,0 +1,75 @@
+"""Every Triton kernel path, forced with small shapes (``forced_config``): the scan kernel
+over several tiles (partial last tile), the chunked two-launch path, the stripe kernel
+(partial last window), the chunked stripe kernel, and the sequential ``exact`` kernel.
+Every path runs ``[T, N]``; the chunked ones also ``[N, T]`` and the two-level
+``[B1, T, B2]`` layout (the interpreter is slow: the product of all would cost minutes)."""
+import pytest
+
+import rlscan
+from rlscan._triton.launch import choose_config, forced_config
+from rlscan_testing import KERNEL_CONFIGS, OP_NAMES, VALUE_OPS, assert_matches_reference, make_problem, path_for
+
+T = 11  # odd: partial tiles, windows and chunks everywhere below
+
+CONFIGS = KERNEL_CONFIGS
+
+LAYOUTS = {
+    "time-first": dict(shape=(T, 3), time_dim=0),
+    "time-last": dict(shape=(3, T), time_dim=1),
+    "two-groups": dict(shape=(2, T, 3), time_dim=1),
+}
+
+
+@pytest.fixture
+def triton_path():
+    chosen = path_for("triton")
+    with rlscan.use_backend("triton"):
+        yield chosen
+
+
+def _problem(op, layout, device, seed):
+    values = "next" if op in VALUE_OPS else None
+    truncated = "random" if op in VALUE_OPS else None
+    return make_problem(op, device=device, values=values, truncated=truncated, seed=seed, **LAYOUTS[layout])
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_forced_configs_take_effect(config):
+    """The forced settings reach the launch (so the tests below do test each path)."""
+    with forced_config(**CONFIGS[config]):
+        cfg = choose_config(T, 3, time_contiguous=False, exact=False, device=path_for("triton").device)
+    assert cfg.kind == CONFIGS[config]["kind"]
+    assert (cfg.n_chunks > 1) == ("n_chunks" in CONFIGS[config])
+    assert (cfg.chunk_len * (cfg.n_chunks - 1)) < T <= cfg.chunk_len * cfg.n_chunks
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_kernel_path(triton_path, op, config):
+    problem = _problem(op, "time-first", triton_path.device, seed=len(config))
+    with forced_config(**CONFIGS[config]):
+        assert_matches_reference(problem)
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+@pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks"])
+@pytest.mark.parametrize("layout", ["time-last", "two-groups"])
+def test_kernel_path_layouts(triton_path, op, config, layout):
+    problem = _problem(op, layout, triton_path.device, seed=len(config) + len(layout))
+    with forced_config(**CONFIGS[config]):
+        assert_matches_reference(problem)
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_exact_kernel(triton_path, op, layout):
+    assert_matches_reference(_problem(op, layout, triton_path.device, seed=3), exact=True)
+
+
+@pytest.mark.parametrize("op", ["gae", "vtrace", "eligibility_traces", "linear_scan_reverse"])
+@pytest.mark.parametrize("config", ["scan-chunks", "stripe-chunks"])
+def test_chunks_with_tensor_coefficients(triton_path, op, config):
+    """Per-step γ, λ (and β) read at the right step across chunk edges."""
+    problem = make_problem(op, (T, 3), gamma="tensor", lmbda="tensor", device=triton_path.device, seed=21)
+    with forced_config(**CONFIGS[config]):
+        assert_matches_reference(problem)
