@@ -1,0 +1,145 @@
+"""``rlscan bench``: the command runs end to end, and its alternatives compute the ops.
+
+The first test runs the real command line (``--quick`` on a tiny grid) and reads back
+what it wrote. The others check the parts a CPU-only CI run would otherwise never
+exercise: the loops and the doubling scan (the ``torch.compile`` alternative, which
+times only on a GPU) against the float64 reference, and the rule that a wrong result
+is reported and never timed.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlscan import reference
+from rlscan.bench import alternatives, cases, check, doubling, loops
+from rlscan.bench.measure import CompileLedger, Settings, measure
+
+OPS = ("gae", "vtrace", "retrace", "eligibility_traces", "linear_scan")
+
+
+def test_quick_run_writes_json_and_png(tmp_path):
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "rlscan.cli", "bench", "--quick", "--ops", ",".join(OPS),
+           "--shapes", "8x16,1x20000", "--out", str(out)]
+    env = dict(os.environ, COLUMNS="200")
+    env.pop("TRITON_INTERPRET", None)  # the bench times real paths: numba on the CPU, Triton on a GPU
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    doc = json.loads((out / "bench.json").read_text())
+    if importlib.util.find_spec("matplotlib") is not None:
+        png = (out / "bench.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+    for key in ("date", "device", "versions", "method", "floors", "cells", "summary", "settings"):
+        assert key in doc, key
+    assert doc["versions"]["torch"] == torch.__version__
+    assert doc["floors"]["copy_bandwidth_GBps"] > 0
+    for key in ("full_call", "device", "check", "floor"):
+        assert doc["method"][key]
+    if not torch.cuda.is_available():
+        assert doc["device"]["type"] == "cpu"
+        assert "No CUDA GPU" in proc.stdout
+
+    cells = doc["cells"]
+    assert [(c["op"], c["N"], c["T"]) for c in cells] == [(op, n, t) for op in OPS for n, t in ((8, 16), (1, 20000))]
+    for c in cells:
+        rl = c["impls"]["rlscan"]
+        assert rl["status"] == "ok", c
+        assert rl["rel_err"] <= check.TOLERANCE[torch.float32]
+        assert rl["full_us"] > 0 and c["floor_us"] > 0
+        assert c["check"] == (check.REFERENCE if c["T"] <= check.REFERENCE_MAX_T else check.EXACT_F64)
+        loop = c["impls"]["loop_numpy"]
+        assert loop["status"] in ("ok", "skipped"), loop
+        if loop["status"] == "ok":
+            assert loop["rlscan_speedup"] == pytest.approx(loop["full_us"] / rl["full_us"])
+        else:
+            assert loop["estimate_s"] > doc["settings"]["cap_s"]
+    gae_small = cells[0]["impls"]
+    assert gae_small["loop_torch"]["status"] == "ok"
+    # moved bytes: rewards and values (4 B), terminated (1 B), bootstrap (4 B per env), two outputs (4 B)
+    assert cells[0]["moved_bytes"] == 8 * 16 * (4 + 4 + 1) + 8 * 4 + 2 * 8 * 16 * 4
+
+
+@pytest.mark.parametrize("layout", ["tn", "nt"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("op", list(cases.CASES))
+def test_alternatives_match_the_reference(op, dtype, layout):
+    case = cases.CASES[op]
+    for T, N in ((1, 3), (37, 5)):
+        d = cases.make_inputs(case, T, N, dtype, layout, "cpu", seed=3)
+        want = tuple(o.to(torch.float64) for o in cases.outputs_of(case.call(reference, d)))
+        computed = {
+            "doubling": doubling.casting(doubling.SCANS[op], dtype)(d, case.params),
+            "loop_torch": alternatives.BY_KEY["loop_torch"].build(case, dtype).run(d),
+            "loop_numpy": loops.LOOPS[op](alternatives._to_numpy(d), case.params, loops.NumpyOps),
+        }
+        for name, got in computed.items():
+            err = check.relative_error(got, want)
+            assert err <= check.TOLERANCE[dtype], (name, T, N, err)
+
+
+def test_a_wrong_result_is_reported_and_never_timed():
+    case = cases.CASES["gae"]
+    d = cases.make_inputs(case, 50, 4, torch.float32, "tn", "cpu")
+    truth, _ = check.truth(case, d, 50, 4)
+
+    def off_by_one(case_, dtype):  # bootstraps every step from V_t instead of V_{t+1}
+        wrong = dict(d, values=torch.cat([d["values"][:1], d["values"][:-1]]))
+        return alternatives.Runner(lambda x: x, lambda x: cases.outputs_of(case.call(reference, wrong)))
+
+    impl = alternatives.Impl("wrong", "wrong", "a shifted bootstrap", off_by_one)
+    settings = Settings(device=torch.device("cpu"), dtype=torch.float32, repeat=3, cap_s=1.0, long_call_s=0.5,
+                        target_s=0.01, measure_budget_s=0.2, tolerance=1e-4, graph_max_T=2048, compile_budget_s=1.0)
+    res = measure(impl, case, d, truth, 50, settings, CompileLedger())
+    assert res["status"] == "wrong" and res["rel_err"] > 1e-2
+    assert "full_us" not in res
+
+
+def test_a_long_loop_is_skipped_with_its_estimate():
+    case = cases.CASES["gae"]
+    T = 5000
+    d = cases.make_inputs(case, T, 2, torch.float32, "tn", "cpu")
+    settings = Settings(device=torch.device("cpu"), dtype=torch.float32, repeat=3, cap_s=1e-4, long_call_s=0.5,
+                        target_s=0.01, measure_budget_s=0.2, tolerance=1e-4, graph_max_T=2048, compile_budget_s=1.0)
+    res = measure(alternatives.BY_KEY["loop_torch"], case, d, truth=(), T=T, s=settings, ledger=CompileLedger())
+    assert res["status"] == "skipped" and res["estimate_s"] > 1e-4 and "would take" in res["note"]
+
+
+@pytest.mark.parametrize("args", [["bench", "--shapes", "4096"], ["bench", "--ops", "gea"],
+                                  ["bench", "--dtype", "int8"], ["bench", "--layout", "tt"]])
+def test_bad_arguments_are_refused(args, capsys):
+    from rlscan.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+
+
+def test_synthetic_ppo_update_shares_add_up():
+    from rlscan.bench import e2e
+
+    cfg = e2e.PPOConfig("tiny", envs=8, steps=16, hidden=16, epochs=1, minibatches=2)
+    r = e2e.synthetic_ppo(cfg, "cpu", repeat=1)
+    assert r["rlscan_vs_loop_rel_err"] <= 1e-6
+    rest, loop, fast = r["rest_of_update_s"], r["gae_loop_s"], r["gae_rlscan_s"]
+    assert min(rest, loop, fast) > 0
+    assert r["share_loop"] == pytest.approx(loop / (loop + rest))
+    assert r["update_speedup"] == pytest.approx((loop + rest) / (fast + rest))
+
+
+@pytest.mark.skipif(not __import__("rlscan.adapters.baselines", fromlist=["available"]).available("sb3"),
+                    reason="stable-baselines3 is not installed")
+def test_sb3_ppo_breakdown_and_rlscan_on_its_buffer():
+    from rlscan.bench import e2e
+
+    r = e2e.sb3_ppo(updates=1)
+    assert r["config"]["n_steps"] == 2048 and r["config"]["n_epochs"] == 10  # SB3's defaults
+    assert r["identical_to_sb3"], r["max_abs_diff"]
+    assert r["train_s"] > r["compute_returns_and_advantage_s"] > 0
+    assert 0 < r["share_sb3"] < 1 and r["update_speedup"] > 0
