@@ -3,17 +3,19 @@
 The strategy per shape is chosen by a measured heuristic (docs/perf-notes.md), never by
 autotuning on the user's first call:
 
-* inputs contiguous along time (``[N, T]``): ``scan_kernel`` with long tiles of time;
-* inputs contiguous along environments (``[T, N]``): ``stripe_kernel``, each thread
-  running stripes of consecutive steps for a few environments;
-* too few environments to fill the GPU: time is also split into chunks run by separate
-  programs, in two launches (reduce the chunks, then fold and emit);
+* inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps;
+* inputs contiguous along environments (``[T, N]``): by ``T`` — one step at a time for
+  ``T <= 8``, 16-step tiles for ``T <= 16``, stripes of 4 steps up to ``T = 128``, and
+  ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
+  beyond;
+* too few environments to fill the GPU and ``T >= 1024``: time is also split into
+  chunks run by separate programs, in two launches (reduce the chunks, then fold and emit);
 * ``exact``: the stripe kernel with one step per stripe (a plain sequential loop) and
   fused multiply-adds off, in the reference loop's order.
 
 Launches skip Triton's generic ``JITFunction.run`` after the first call for a given
-specialisation: the compiled kernel is cached here and its launcher called directly,
-which removes most of the per-call host cost (docs/perf-notes.md).
+signature: a :class:`LaunchPlan` keeps the compiled kernel and calls its launcher
+directly, passing Triton's launch hooks through.
 """
 from __future__ import annotations
 
