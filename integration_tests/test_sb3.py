@@ -363,6 +363,23 @@ def check_buffer_class_is_saved(algo, buffer_class, env, path, rollouts):
     assert type(without.rollout_buffer) is buffer_class._rlscan_base
 
 
+def test_new_n_envs_and_resumed_learn_leave_no_stale_state(tmp_path, rollouts):
+    """Save with 2 envs, load with 4, resume learning twice: every rollout's GAE is SB3's,
+    computed on a buffer of the new shape (nothing left over from the old one)."""
+    model = PPO("MlpPolicy", cartpole(2), n_steps=32, batch_size=64, seed=0, device="cpu",
+                rollout_buffer_class=TritonRolloutBuffer, rollout_buffer_kwargs={"exact": True})
+    model.learn(64)
+    path = tmp_path / "ppo.zip"
+    model.save(path)
+    loaded = PPO.load(path, env=cartpole(4), device="cpu")
+    assert type(loaded.rollout_buffer) is TritonRolloutBuffer
+    assert loaded.rollout_buffer.advantages.shape == (32, 4)
+    loaded.learn(128, reset_num_timesteps=False)
+    loaded.learn(128, reset_num_timesteps=False)
+    assert [r.advantages.shape for r in rollouts] == [(32, 2)] + [(32, 4)] * 2
+    assert_exact(rollouts, 3)
+
+
 def test_buffer_class_argument_is_saved(tmp_path, rollouts):
     check_buffer_class_is_saved(PPO, TritonRolloutBuffer, cartpole, tmp_path / "ppo.zip", rollouts)
 
