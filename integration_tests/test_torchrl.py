@@ -167,6 +167,27 @@ def test_matches_torchrl_loops(kind, dtype, backend):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_state_dict_round_trip_and_new_batch_size(kind):
+    """An estimator saved and loaded into a fresh one, then run on another batch size
+    (another number of environments): no state is left over from the first shape."""
+    import io
+
+    args = estimator_args(kind, torch.float64)
+    first = build(OURS[kind], torch.float64, args)
+    first(rollout((2,), T=10, seed=4).clone())
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    loaded = build(OURS[kind], torch.float64, estimator_args(kind, torch.float64))
+    loaded.load_state_dict(torch.load(buffer))
+    td = rollout((5,), T=14, seed=5)
+    out = loaded(td.clone())
+    adv, target = loop_reference(kind, build(STOCK[kind], torch.float64, args), td.clone(), axis=1)
+    assert_close(out["advantage"], adv, f"{kind} advantage after load")
+    assert_close(out["value_target"], target, f"{kind} value_target after load")
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("batch", [(), (4,)])
 def test_layouts(kind, batch):
     """No batch dimension, and time first (``time_dim=0`` given to the constructor)."""
