@@ -363,16 +363,32 @@ def check_buffer_class_is_saved(algo, buffer_class, env, path, rollouts):
     assert type(without.rollout_buffer) is buffer_class._rlscan_base
 
 
-def test_new_n_envs_and_resumed_learn_leave_no_stale_state(tmp_path, rollouts):
-    """Save with 2 envs, load with 4, resume learning twice: every rollout's GAE is SB3's,
-    computed on a buffer of the new shape (nothing left over from the old one)."""
-    model = PPO("MlpPolicy", cartpole(2), n_steps=32, batch_size=64, seed=0, device="cpu",
-                rollout_buffer_class=TritonRolloutBuffer, rollout_buffer_kwargs={"exact": True})
+def _stress_models():
+    """Every supported model: (class, env factory, policy, extra constructor arguments)."""
+    models = {
+        "PPO": (PPO, cartpole, "MlpPolicy", dict(batch_size=64, n_epochs=1)),
+        "A2C": (A2C, cartpole, "MlpPolicy", {}),
+    }
+    if sb3_contrib is not None:
+        models.update({
+            "MaskablePPO": (sb3_contrib.MaskablePPO, masked_env, "MlpPolicy", dict(batch_size=64, n_epochs=1)),
+            "TRPO": (sb3_contrib.TRPO, cartpole, "MlpPolicy", dict(batch_size=64)),
+            "RecurrentPPO": (sb3_contrib.RecurrentPPO, cartpole, "MlpLstmPolicy",
+                             dict(batch_size=64, n_epochs=1, policy_kwargs=dict(lstm_hidden_size=16, net_arch=[16]))),
+        })
+    return models
+
+
+@pytest.mark.parametrize("algo", list(_stress_models()))
+def test_save_load_new_n_envs_and_resumed_learn_leave_no_stale_state(algo, tmp_path, rollouts):
+    """Train with 2 envs, save, load with 4, switch on again, resume learning twice: every
+    rollout's GAE is SB3's, bit for bit, on a buffer of the new shape."""
+    cls, env, policy, extra = _stress_models()[algo]
+    model = enable_triton_gae(cls(policy, env(2), n_steps=32, seed=0, device="cpu", **extra), exact=True)
     model.learn(64)
-    path = tmp_path / "ppo.zip"
+    path = tmp_path / f"{algo}.zip"
     model.save(path)
-    loaded = PPO.load(path, env=cartpole(4), device="cpu")
-    assert type(loaded.rollout_buffer) is TritonRolloutBuffer
+    loaded = enable_triton_gae(cls.load(path, env=env(4), device="cpu"), exact=True)
     assert loaded.rollout_buffer.advantages.shape == (32, 4)
     loaded.learn(128, reset_num_timesteps=False)
     loaded.learn(128, reset_num_timesteps=False)
