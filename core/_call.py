@@ -389,13 +389,3 @@ def value_after_rule(name: str, next_values, bootstrap, truncated, *, required: 
             f"{name} needs the value after the last step: pass bootstrap_value (one value per environment) "
             f"or next_{value_name}"
         )
-
-
-def movetime(x: Optional[torch.Tensor], time_dim: int) -> Optional[torch.Tensor]:
-    """A view with time first (for the differentiable forms)."""
-    return None if x is None else x.movedim(time_dim, 0)
-
-
-def unit_float(x: Optional[torch.Tensor], like: torch.Tensor) -> Optional[torch.Tensor]:
-    """Flags as 0/1 in ``like``'s dtype (for the differentiable forms)."""
-    return None if x is None else (x != 0).to(like.dtype)
