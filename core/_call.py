@@ -4,10 +4,14 @@ An op's public function names its arguments to a :class:`Call`, which checks eac
 (type, dtype, shape, device) as it arrives, then hands the tensors to :meth:`Call.run`.
 ``run`` picks the path:
 
-* any input that needs a gradient: the op's differentiable form, written with torch
-  operations around :func:`rlscan.linear_scan` (whose backward is one more scan);
+* any input that needs a gradient: on the Triton path, the fused kernel inside an autograd
+  function whose backward is the op's fused backward kernel (``OpSpec.backward``);
+  otherwise (the CPU path, inside ``torch.compile``, ops without one) the op's
+  differentiable form, written with torch operations around :func:`rlscan.linear_scan`
+  (whose backward is one more scan);
 * inside ``torch.compile``: the op's registered custom op, opaque to the tracer;
-* otherwise: the fused Triton kernel or the compiled CPU loop, by backend.
+* otherwise: the fused Triton kernel or the compiled CPU loop, by backend. What ran is
+  recorded for ``_fast``, so that repeat calls with the same signature skip the checks.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 import torch
 
-from . import _backend
+from . import _backend, _fast
 from ._inputs import (
     check_device,
     check_flag,
@@ -57,6 +61,9 @@ class OpSpec(NamedTuple):
     time_contiguous_of: int = 0  # which input decides the tile orientation
     init_of: Optional[int] = None  # which input, if any, is the carry into the first step
     compiled: Optional[Callable] = None  # (call, tensors, scalars, exact) -> outputs, inside torch.compile
+    # (call, tensors, scalars, outs, grads, needs) -> gradients of the tensors: a fused backward
+    # on the Triton path, used instead of differentiating ``differentiable``
+    backward: Optional[Callable] = None
 
     @property
     def batch_mask(self) -> tuple:
@@ -99,6 +106,7 @@ class Call:
         self.time_dim = normalise_time_dim(time_dim, x.ndim, anchor_name)
         self.batch_shape = self.shape[: self.time_dim] + self.shape[self.time_dim + 1 :]
         self.dtypes = [x.dtype]
+        self.checked_values = False  # whether a check read tensor values (then repeat calls must check again)
         if out_dtype is not None and out_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
             raise TypeError(f"out_dtype must be a floating torch dtype or None, got {out_dtype!r}")
         self.out_dtype = out_dtype
@@ -156,6 +164,8 @@ class Call:
         if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor of action indices, got {x.dtype}")
         check_shape(name, x, self.shape, self.anchor_name)
+        if x.device.type == "cpu" and not _compiling():
+            self.checked_values = True
         if x.device.type == "cpu" and not _compiling() and x.numel() and not bool(((x >= 0) & (x < n_actions)).all()):
             raise ValueError(f"{name} must lie in [0, {n_actions}) (the number of actions)")
         return x
@@ -193,11 +203,13 @@ class Call:
         x = self._tensor(name, value)
         check_float(name, x)
         try:
-            x = x.expand(self.shape)
+            x = x if x.shape == self.shape else x.expand(self.shape)
         except RuntimeError:
             raise ValueError(
                 f"{name} of shape {tuple(x.shape)} does not broadcast to {self.anchor_name}'s shape {tuple(self.shape)}"
             ) from None
+        if x.device.type == "cpu" and not _compiling():
+            self.checked_values = True
         if x.device.type == "cpu" and not _compiling() and x.numel() and not bool(((x >= 0) & (x <= 1)).all()):
             raise ValueError(f"{name} must lie in [0, 1] (and not be NaN) at every step")
         return Coef(0.0, x)
@@ -272,6 +284,10 @@ class Call:
         if needs_grad:
             if outs is not None:
                 raise ValueError("out= cannot be used when an input requires grad (autograd needs fresh outputs)")
+            if op.backward is not None and not _compiling() and self.path() == "triton":
+                from ._autograd import with_fused_backward
+
+                return with_fused_backward(self, op, tensors, scalars, exact)
             return self.finish(op.differentiable(self, *tensors, *scalars))
         if _compiling():
             if op.compiled is not None:
@@ -285,53 +301,71 @@ class Call:
             for o, r in zip(outs, results):
                 o.copy_(r)
             return outs
-        if outs is None:
-            outs = self.new_outputs(op.n_out)
-        self.compute(op, tensors, scalars, outs, exact)
+        if outs is not None:
+            self.compute(op, tensors, scalars, outs, exact)
+            return self.finish(outs)
+        outs = self.new_outputs(op.n_out)
+        runner = self.compute(op, tensors, scalars, outs, exact)
+        _fast.record(self, op, tensors, scalars, outs, runner)
         return self.finish(outs)
 
-    def compute(self, op: OpSpec, tensors: tuple, scalars: tuple, outs: tuple, exact: bool) -> None:
-        """Fill the preallocated ``outs``."""
-        path = _backend.path_for(self.device.type, self.anchor_name)
+    def path(self) -> str:
+        """``"triton"`` or ``"cpu"``: where the backend setting sends this call."""
+        return _backend.path_for(self.device.type, self.anchor_name)
+
+    def compute(self, op: OpSpec, tensors: tuple, scalars: tuple, outs: tuple, exact: bool, path=None):
+        """Fill the preallocated ``outs`` (on ``path``, else where the backend sends the call).
+
+        Returns the runner it used, ``runner(tensors, outs, scalars)``, which any call with
+        the same signature (shapes, strides, dtypes, alignment, options) may reuse; ``None``
+        when the call was split into several."""
+        runner = self.runner(op, tensors, outs, exact, path or self.path())
+        if runner is None:
+            self._split(op, tensors, scalars, outs, exact, path)
+        else:
+            runner(tensors, outs, scalars)
+        return runner
+
+    def runner(self, op: OpSpec, tensors: tuple, outs: tuple, exact: bool, path: str):
+        """What runs ``op`` on tensors laid out as these: a Triton launch plan or the CPU loop
+        on a fixed layout; ``None`` when the batch dimensions need splitting."""
         signature = None
         if path == "triton":
-            from ._triton.launch import launch_cached
+            from ._triton.launch import cached_plan
 
-            init = None if op.init_of is None else tensors[op.init_of]
             signature = (id(op), exact, self.time_dim, self.device, tuple(map(_signature, tensors)),
                          tuple(map(_signature, outs)))
-            if launch_cached(signature, tensors, outs, scalars, init):
-                return
+            plan = cached_plan(signature)
+            if plan is not None:
+                return plan
         kinds = op.kinds
         full = [grid_view(t, k) for t, k in zip(tensors, kinds) if t is not None and k != "batch"]
         full += [o for o in outs if o is not None]
         batch = [t for t, k in zip(tensors, kinds) if t is not None and k == "batch"]
         layout = plan_layout(self.shape, self.time_dim, full, batch)
         if layout is None:
-            return self._split(op, tensors, scalars, outs, exact)
+            return None
         if path == "triton":
-            self._triton(op, layout, tensors, scalars, outs, exact, signature)
-        else:
-            from ._cpu import run_cpu
+            return self._plan(op, layout, tensors, outs, exact, signature)
+        from ._cpu import cpu_runner
 
-            run_cpu(op, layout, tensors, scalars, outs, self.compute_dtype)
+        return cpu_runner(op, layout, self.compute_dtype)
 
-    def _triton(self, op: OpSpec, layout, tensors, scalars, outs, exact, signature) -> None:
-        from ._triton.launch import launch
+    def _plan(self, op: OpSpec, layout, tensors, outs, exact, signature):
+        from ._triton.launch import new_plan
 
-        strides = tuple(
-            (0, 0, 0) if t is None else kernel_strides(layout, t, k) for t, k in zip(tensors, op.kinds)
-        )
+        strides = tuple((0, 0, 0) if t is None else kernel_strides(layout, t, k) for t, k in zip(tensors, op.kinds))
         lead = tensors[op.time_contiguous_of]
         time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1
         init = None if op.init_of is None else tensors[op.init_of]
-        launch(
-            op.kernel(), layout, tuple(tensors), strides, tuple(outs), tuple(layout.strides(outs[0])), scalars,
-            compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact,
-            init=init, init_strides=layout.batch_strides(init), signature=signature,
+        return new_plan(
+            op.kernel(), layout, tuple(tensors), strides, tuple(outs),
+            tuple(layout.strides(next(o for o in outs if o is not None))),
+            compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
+            init_strides=tuple(layout.batch_strides(init)), signature=signature,
         )
 
-    def _split(self, op, tensors, scalars, outs, exact) -> None:
+    def _split(self, op, tensors, scalars, outs, exact, path) -> None:
         """More than two strided batch groups: run each slice of the first batch dimension."""
         d = next(d for d in range(len(self.shape)) if d != self.time_dim and self.shape[d] != 1)
         db = d if d < self.time_dim else d - 1
@@ -345,7 +379,8 @@ class Call:
                 None if t is None else t.select(db if b else d, i) for t, b in zip(tensors, op.batch_mask)
             )
             sub.anchor = self.anchor.select(d, i)
-            sub.compute(op, picked, scalars, tuple(o.select(d, i) for o in outs), exact)
+            sub.compute(op, picked, scalars, tuple(None if o is None else o.select(d, i) for o in outs), exact,
+                        path or self.path())
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -55,6 +55,15 @@ def _view3(t: torch.Tensor, layout, kind: str, compute_dtype: torch.dtype) -> np
     return v.numpy()
 
 
+def cpu_runner(op, layout, compute_dtype):
+    """``runner(tensors, outs, scalars)``: the CPU loop of ``op`` for tensors laid out as ``layout``."""
+
+    def runner(tensors, outs, scalars):
+        run_cpu(op, layout, tensors, scalars, outs, compute_dtype)
+
+    return runner
+
+
 def run_cpu(op, layout, tensors, scalars, outs, compute_dtype) -> None:
     """Run ``op.cpu`` on ``[T, Bh, Bl]`` views and write into ``outs``."""
     if not HAVE_NUMBA:

@@ -60,7 +60,46 @@ def cases():
         "episodic_cumsum": lambda **k: rlscan.episodic_cumsum(x, dones=term, initial=init, **k),
         "linear_scan": lambda **k: rlscan.linear_scan(x, b, reverse=True, initial=init, **k),
         "linear_scan float64": lambda **k: rlscan.linear_scan(x.double(), b.double(), initial=init.double(), **k),
+        # the fused backward kernels: every gradient output, both sources of the value after a step
+        "gae backward": lambda **k: _backward(rlscan.gae, (r, v), dict(next_values=nv, truncated=trunc),
+                                              terminated=term, gamma=g_t, lmbda=torch.rand(T, N), **k),
+        "gae backward bootstrap": lambda **k: _backward(rlscan.gae, (r, v), dict(bootstrap_value=boot),
+                                                        terminated=term, **k),
+        "td_lambda backward": lambda **k: _backward(rlscan.td_lambda, (r, v), dict(bootstrap_value=boot),
+                                                    terminated=term, lmbda=torch.rand(T, N), **k),
+        "gae backward float64": lambda **k: _backward(
+            rlscan.gae, (r.double(), v.double()), dict(next_values=nv.double(), truncated=trunc), terminated=term,
+            gamma=torch.rand(T, N, dtype=torch.float64), lmbda=torch.rand(T, N, dtype=torch.float64), **k),
+        "vtrace backward": lambda **k: _backward(rlscan.vtrace, (r, v, lr), dict(bootstrap_value=boot),
+                                                 terminated=term, gamma=g_t, lmbda=torch.rand(T, N), **k),
+        "vtrace backward next values": lambda **k: _backward(rlscan.vtrace, (r, v, lr), dict(next_values=nv, truncated=trunc),
+                                                             terminated=term, **k),
+        "retrace backward": lambda **k: _backward(rlscan.retrace, (r, q, e, lr), dict(bootstrap_value=boot),
+                                                  terminated=term, gamma=g_t, lmbda=torch.rand(T, N), **k),
+        "retrace backward next values": lambda **k: _backward(rlscan.retrace, (r, q, e, lr),
+                                                              dict(next_expected_q=nv, truncated=trunc), terminated=term, **k),
+        "eligibility_traces backward": lambda **k: _backward(rlscan.eligibility_traces, (x,), dict(initial=init),
+                                                             dones=term, gamma=g_t, lmbda=torch.rand(T, N), **k),
+        "episodic_cumsum backward": lambda **k: _backward(rlscan.episodic_cumsum, (x,), dict(initial=init), dones=term,
+                                                          **k),
+        "discounted_returns backward": lambda **k: _backward(rlscan.discounted_returns, (r,),
+                                                             dict(next_values=nv), gamma=g_t, **k),
     }
+
+
+def _backward(op, series, values, **kwargs):
+    """Forward and backward with every floating input requiring grad (``exact`` applies to
+    the forward only)."""
+    kwargs.pop("exact", None)
+    leaves = [x.clone().requires_grad_() for x in series]
+    values = {k: x.clone().requires_grad_() if x.is_floating_point() else x for k, x in values.items()}
+    coefs = {k: x.clone().requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+             for k, x in kwargs.items() if k in ("gamma", "lmbda")}
+    rest = {k: x for k, x in kwargs.items() if k not in coefs}
+    outs = op(*leaves, **values, **coefs, **rest)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    inputs = [x for x in leaves + list(values.values()) + list(coefs.values()) if isinstance(x, torch.Tensor) and x.requires_grad]
+    torch.autograd.grad(outs, inputs, [torch.ones_like(o) for o in outs], allow_unused=True)
 
 
 SETTINGS = [

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 import rlscan
-from rlscan import reference as ref
 
 dev = torch.device("cuda")
 rows = []
@@ -103,33 +102,130 @@ def compiled():
         record(f"torch.compile(fullgraph) on CUDA: {name}", err < 1e-6, f"max rel diff to eager {err:.1e}")
 
 
+def wall_time(fn, n=200, reps=5):
+    """Per-call wall clock of back-to-back calls with one synchronize (what a training step pays)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e6 / n)
+    return sorted(times)[len(times) // 2]
+
+
+def _with_grad(d):
+    return {k: t.detach().clone().requires_grad_() if t.is_floating_point() else t for k, t in d.items()}
+
+
+def kernel_time(fn, n=20):
+    """Per-call GPU time: the durations of the kernels (and copies) ``n`` calls run, summed by
+    the profiler (CUPTI), without the gaps between them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()) / n
+
+
+# Backward launch settings tried at each shape (forced_config), against the heuristic's.
+BACKWARD_SETTINGS = {
+    "heuristic": {},
+    "stripe 8x32x4": dict(kind="stripe", block_b=8, stripes=32, steps=4, num_warps=4),
+    "stripe 16x16x8": dict(kind="stripe", block_b=16, stripes=16, steps=8, num_warps=4),
+    "stripe 32x8x8": dict(kind="stripe", block_b=32, stripes=8, steps=8, num_warps=4),
+    "scan 64x16": dict(kind="scan", block_t=64, block_b=16, num_warps=4),
+    "scan 128x32": dict(kind="scan", block_t=128, block_b=32, num_warps=4),
+}
+
+
 def backward_speed():
+    """Backward time against forward time, every op, all floating inputs requiring grad.
+
+    ``backward`` is ``torch.autograd.grad`` on a kept graph (``retain_graph``). Device
+    times are the summed durations of the GPU kernels a call runs (torch.profiler, CUPTI);
+    wall times are back-to-back calls with one synchronize."""
     for T, N in ((128, 4096), (2048, 4096)):
         d = data(T, N)
-        r = d["r"].clone().requires_grad_()
-        v = d["v"].clone().requires_grad_()
-        fwd = device_time(lambda: rlscan.gae(d["r"], d["v"], bootstrap_value=d["boot"], terminated=d["term"]))
-        out = rlscan.gae(r, v, bootstrap_value=d["boot"], terminated=d["term"])
-        grad = torch.randn_like(out.advantages)
+        leaves = _with_grad(d)
+        plain, graded = calls(d), calls(leaves)
+        for name in plain:
+            outs = flat(graded[name]())
+            used = [t for t in leaves.values() if t.requires_grad]
+            grads = [torch.randn_like(o) for o in outs]
 
-        def bwd():
-            o = rlscan.gae(r, v, bootstrap_value=d["boot"], terminated=d["term"])
-            torch.autograd.grad((o.advantages,), (r, v), (grad,))
+            def bwd():
+                torch.autograd.grad(outs, used, grads, retain_graph=True, allow_unused=True)
 
-        fwd_bwd = device_time(bwd, n=10)
-        record(f"gae forward+backward {N}x{T}", True,
-               f"fused forward {fwd:.1f} us; differentiable forward+backward {fwd_bwd:.1f} us "
-               f"(= {fwd_bwd / fwd:.1f}x the fused forward)")
-        # gradient check against autograd through the float64 reference formula
-        r64 = d["r"].double().requires_grad_()
-        o = rlscan.gae(r64, d["v"].double(), bootstrap_value=d["boot"].double(), terminated=d["term"])
-        (ga,) = torch.autograd.grad((o.advantages,), (r64,), (grad.double(),))
-        # ∂L/∂r by the adjoint recurrence, in float64 on the CPU
-        beta = (0.99 * 0.95) * (~d["term"]).double().cpu()
-        beta[-1] = 0
-        want = ref.linear_scan(grad.double().cpu(), torch.cat([torch.zeros_like(beta[:1]), beta[:-1]]))
-        err = ((ga.cpu() - want).norm() / want.norm()).item()
-        record(f"gae gradient vs float64 adjoint {N}x{T}", err < 1e-10, f"rel err {err:.1e}")
+            fwd_wall, bwd_wall = wall_time(plain[name]), wall_time(bwd)
+            fwd_dev, fwd_grad_dev, bwd_dev = kernel_time(plain[name]), kernel_time(graded[name]), kernel_time(bwd)
+            fused = outs[0].grad_fn.name() == "_FusedFunctionBackward"
+            record(f"backward/forward {name} {N}x{T}", bwd_dev <= 1.5 * fwd_dev,
+                   f"device {bwd_dev:.1f}/{fwd_dev:.1f} us = {bwd_dev / fwd_dev:.2f}x "
+                   f"(forward with grad {fwd_grad_dev:.1f} us); wall {bwd_wall:.1f}/{fwd_wall:.1f} us = "
+                   f"{bwd_wall / fwd_wall:.2f}x; "
+                   f"{'fused backward kernel' if fused else 'torch form around the adjoint scan'}")
+
+
+def backward_settings():
+    """Launch settings of the fused backward kernels (GAE, TD(λ)) against the heuristic's,
+    by kernel time."""
+    from rlscan._triton.launch import forced_config
+
+    for T, N in ((128, 4096), (2048, 4096)):
+        leaves = _with_grad(data(T, N))
+        for name, fn in calls(leaves).items():
+            if name not in ("gae", "td_lambda"):
+                continue
+            outs = flat(fn())
+            used = [t for t in leaves.values() if t.requires_grad]
+            grads = [torch.randn_like(o) for o in outs]
+
+            def bwd():
+                torch.autograd.grad(outs, used, grads, retain_graph=True, allow_unused=True)
+
+            for label, settings in BACKWARD_SETTINGS.items():
+                with forced_config(**settings):
+                    t = kernel_time(bwd)
+                record(f"backward settings {name} {N}x{T} {label}", True, f"{t:.1f} us")
+
+
+def gradients_vs_cpu():
+    """Every op's gradients on the GPU (float64) against the CPU path's (float64 loops and
+    autograd through the ops' torch forms, gradchecked in CI), tensor γ/λ, both value sources."""
+    T, N = 300, 64
+    d = {k: t.double() if t.is_floating_point() else t for k, t in data(T, N).items()}
+    g = torch.Generator(device=dev).manual_seed(3)
+    coef = lambda: 0.2 + 0.7 * torch.rand(T, N, device=dev, dtype=torch.float64, generator=g)  # noqa: E731
+    for name in calls(d):
+        kw = {} if name in ("episodic_cumsum", "linear_scan") else dict(gamma=coef())
+        if name not in ("episodic_cumsum", "linear_scan", "discounted_returns"):
+            kw["lmbda"] = coef()
+        if name == "eligibility_traces":
+            kw = {}
+        grads = {}
+        for where, backend in ((dev.type, "triton"), ("cpu", "cpu")):
+            with rlscan.use_backend(backend):
+                moved = {k: t.to(where) for k, t in d.items()}
+                leaves = _with_grad(moved)
+                kws = {k: v.to(where).requires_grad_() for k, v in kw.items()}
+                fn = calls(leaves, **kws)[name]
+                outs = flat(fn())
+                w = [torch.ones_like(o) * torch.linspace(-1, 1, o.shape[0], device=o.device, dtype=o.dtype)[:, None]
+                     for o in outs]
+                inputs = [t for t in list(leaves.values()) + list(kws.values()) if t.requires_grad]
+                grads[backend] = [None if x is None else x.cpu() for x in
+                                torch.autograd.grad(outs, inputs, w, allow_unused=True)]
+        zero = lambda a, b: torch.zeros_like(b if a is None else a) if a is None else a  # noqa: E731
+        pairs = [(zero(a, b), zero(b, a)) for a, b in zip(grads["triton"], grads["cpu"]) if a is not None or b is not None]
+        err = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in pairs)
+        record(f"gradients on GPU vs CPU path (float64): {name}", err < 1e-9, f"max rel diff {err:.1e}")
 
 
 def retrace_cliff():
@@ -242,7 +338,8 @@ def main():
     result = {}
     import sys
 
-    steps = (cuda_graphs, compiled, backward_speed, retrace_cliff, determinism, memory, long_horizon)
+    steps = (cuda_graphs, compiled, gradients_vs_cpu, backward_speed, backward_settings, retrace_cliff, determinism,
+             memory, long_horizon)
     only = sys.argv[1:]
     if only:
         steps = tuple(s for s in steps if s.__name__ in only)
@@ -250,7 +347,10 @@ def main():
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - report and carry on with the other checks
-            record(step.__name__, False, f"raised {exc!r}"[-1500:])
+            import traceback
+
+            traceback.print_exc(limit=4)
+            record(step.__name__, False, f"raised {type(exc).__name__}: {str(exc)[:600]}")
     if not only or "crossover" in only:
         try:
             result["crossover"] = crossover()

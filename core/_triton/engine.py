@@ -98,6 +98,21 @@ def load_coef(P, s, tile, parts, shift: tl.constexpr, T, ACC: tl.constexpr):
 
 
 @triton.jit
+def step_terms(TERM, s_term, TRUNC, s_trunc, GAMMA, s_gamma, LMBDA, s_lmbda, scalars, tile, SHIFT: tl.constexpr, T,
+               ACC: tl.constexpr):
+    """At ``t + SHIFT``: ``(ν, κ, γ, λ)``, the bootstrap mask ``1 − terminated``, the
+    continuation (0 where terminated or truncated and at the last step), and the per-step
+    coefficients (tensors, or the scalars ``scalars[0]`` and ``scalars[1]``)."""
+    term = load_flag(TERM, s_term, tile, SHIFT, T)
+    done = term | load_flag(TRUNC, s_trunc, tile, SHIFT, T)
+    nu = (~term).to(ACC)
+    kappa = ((~done) & (tile[0] + SHIFT < T - 1)).to(ACC)
+    gamma = load_coef(GAMMA, s_gamma, tile, scalars[0], SHIFT, T, ACC)
+    lmbda = load_coef(LMBDA, s_lmbda, tile, scalars[1], SHIFT, T, ACC)
+    return nu, kappa, gamma, lmbda
+
+
+@triton.jit
 def value_after(V, sV, NV, sNV, BOOT, sBOOT, tile, T, ACC: tl.constexpr):
     """``V'_t``: ``next_values[t]`` if given, else ``V[t+1]``, with the bootstrap at ``t = T-1``."""
     if NV is not None:

@@ -3,7 +3,8 @@
 The strategy per shape is chosen by a measured heuristic (docs/perf-notes.md), never by
 autotuning on the user's first call:
 
-* inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps;
+* inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps (512
+  for one very long sequence);
 * inputs contiguous along environments (``[T, N]``): by ``T`` — one step at a time for
   ``T <= 8``, 16-step tiles for ``T <= 16``, stripes of 4 steps up to ``T = 128``, and
   ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
@@ -61,6 +62,11 @@ def forced_config(**settings):
         _forced = previous
 
 
+def forced_settings():
+    """The settings forced now (a hashable value), or ``None``."""
+    return tuple(sorted(_forced.items())) if _forced else None
+
+
 _SM_COUNT: dict = {}
 
 
@@ -104,7 +110,11 @@ _MAX_CHUNK_TILE = 4096
 
 def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int) -> Config:
     """The settings that measured fastest on an H200 (docs/perf-notes.md, 2026-11-29)."""
-    if time_contiguous or B == 1:
+    if B == 1 and T >= 2**18:
+        # one long sequence: 512-step tiles, about 4 chunks per SM (1 x 1,000,000: 15.5 against
+        # 21.4 us with 256-step tiles; scripts/h200_long.py)
+        cfg = Config("scan", 1, 4, block_t=512)
+    elif time_contiguous or B == 1:
         cfg = Config("scan", min(4, _pow2(B)), 4, block_t=min(256, _pow2(T)))
     elif T <= 8:
         # one step per stripe, 128 environments per program: the sequential layout, which beat
@@ -162,18 +172,22 @@ def _acc_dtype(dtype: torch.dtype):
 
 class LaunchPlan:
     """Everything about a launch that depends only on the call's signature (shapes,
-    strides, dtypes, pointer alignment, settings), prepared once and reused.
+    strides, dtypes, pointer alignment, settings), prepared once and reused; calling it
+    with ``(ins, outs, scalars)`` launches.
 
     The first launch of each phase goes through Triton's ``JITFunction`` (which compiles);
     later ones call the compiled kernel's launcher directly. That is safe because the
-    signature the plan is cached under fixes every value Triton specialises on.
+    signature the plan is cached under fixes every value Triton specialises on. Launch
+    hooks are passed through as ``JITFunction.run`` passes them, except that an empty
+    :class:`triton.knobs.HookChain` (the default) is passed as ``None``: there is nothing
+    to call, and building the launch metadata for it costs more than the launch.
     """
 
     direct = True  # set False (with the reason) if this Triton's internals differ
     disabled_reason = ""
 
     def __init__(self, spec, layout, in_strides, out_strides, init_strides, *, compute_dtype, time_contiguous,
-                 exact, device, wide):
+                 exact, device, wide, init_of):
         from .engine import scan_kernel, stripe_kernel
 
         coeffs, emit, reverse = spec
@@ -181,6 +195,7 @@ class LaunchPlan:
         self.cfg = cfg = choose_config(T, B, time_contiguous, exact, device)
         self.device = device
         self.compute_dtype = compute_dtype
+        self.init_of = init_of
         self.grid = (math.ceil(B / cfg.block_b), cfg.n_chunks, 1)
         self.agg_numel = 2 * cfg.n_chunks * B if cfg.n_chunks > 1 else 0
         kwargs = dict(
@@ -198,31 +213,37 @@ class LaunchPlan:
         self.options = dict(num_warps=cfg.num_warps)
         if exact:
             self.options["enable_fp_fusion"] = False
-        self.fixed = (in_strides, out_strides, tuple(init_strides), T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
+        self.strides = (in_strides, out_strides, init_strides)
+        self.sizes = (T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
         self.phases = (0,) if cfg.n_chunks == 1 else (1, 2)
-        self.compiled: dict = {}
-        self.constexpr_values: dict = {}
+        self.compiled: dict = {}  # phase -> (launcher, function, packed metadata, kernel, constexpr values)
+        self._scalars, self._parts = None, ()
 
-    def __call__(self, ins, outs, scalars, init) -> None:
-        in_strides, out_strides, init_strides, T, B, B_lo, chunk_len, n_chunks = self.fixed
+    def __call__(self, ins, outs, scalars) -> None:
+        if scalars is not self._scalars:  # the fast path passes the same tuple on every call
+            self._scalars, self._parts = scalars, tuple(split(float(x)) for x in scalars)
+        in_strides, out_strides, init_strides = self.strides
+        init = None if self.init_of is None else ins[self.init_of]
         agg = torch.empty(self.agg_numel, dtype=self.compute_dtype, device=self.device) if self.agg_numel else None
-        args = (ins, in_strides, outs, out_strides, tuple(split(float(x)) for x in scalars), init, init_strides, agg,
-                T, B, B_lo, chunk_len, n_chunks)
+        args = (ins, in_strides, outs, out_strides, self._parts, init, init_strides, agg) + self.sizes
         for phase in self.phases:
-            kernel = self.compiled.get(phase)
-            if kernel is None or interpreting():
+            compiled = self.compiled.get(phase)
+            if compiled is None or interpreting():
                 self._first_launch(phase, args)
             else:
-                self._direct_launch(kernel, args + self.constexpr_values[phase])
+                self._direct_launch(compiled, args)
 
-    def _direct_launch(self, kernel, args) -> None:
-        from triton import knobs
-
-        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    def _direct_launch(self, compiled, args) -> None:
+        run, function, packed, kernel, constexpr_values = compiled
+        stream = _raw_stream(self.device.index)
+        enter, leave = _runtime.launch_enter_hook, _runtime.launch_exit_hook
+        if enter is not None and type(enter) is _HookChain and not enter.calls:
+            enter = None
+        if leave is not None and type(leave) is _HookChain and not leave.calls:
+            leave = None
+        args = args + constexpr_values
         meta = None if enter is None else kernel.launch_metadata(self.grid, stream, *args)
-        kernel.run(self.grid[0], self.grid[1], self.grid[2], stream, kernel.function, kernel.packed_metadata,
-                   meta, enter, leave, *args)
+        run(self.grid[0], self.grid[1], self.grid[2], stream, function, packed, meta, enter, leave, *args)
 
     def _first_launch(self, phase, args) -> None:
         kwargs = dict(self.constexprs, PHASE=phase, **self.options)
@@ -230,18 +251,30 @@ class LaunchPlan:
         if interpreting() or not LaunchPlan.direct:
             return
         try:
-            from triton import knobs
-
+            _load_launch_internals()
             names = list(self.fn.arg_names)
             if tuple(names[: len(args)]) != _POSITIONAL:
                 raise RuntimeError(f"unexpected kernel signature {names}")
-            if kernel is None or not hasattr(kernel, "packed_metadata") or not hasattr(knobs.runtime, "launch_enter_hook"):
+            if kernel is None or not hasattr(kernel, "packed_metadata") or not hasattr(_runtime, "launch_enter_hook"):
                 raise RuntimeError(f"JITFunction.run returned {type(kernel).__name__}, not a compiled kernel")
-            self.constexpr_values[phase] = tuple(kwargs[n] for n in names[len(args):])
-            self.compiled[phase] = kernel
+            constexpr_values = tuple(kwargs[n] for n in names[len(args):])
+            self.compiled[phase] = (kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values)
         except Exception as exc:  # noqa: BLE001 - fall back to Triton's own launch path
             LaunchPlan.direct = False
             LaunchPlan.disabled_reason = repr(exc)
+
+
+_runtime = _HookChain = _raw_stream = None
+
+
+def _load_launch_internals() -> None:
+    """What a direct launch reads on every call, looked up once."""
+    global _runtime, _HookChain, _raw_stream
+    from triton import knobs
+
+    _runtime = knobs.runtime
+    _HookChain = getattr(knobs, "HookChain", None)
+    _raw_stream = torch._C._cuda_getCurrentRawStream
 
 
 _POSITIONAL = ("ins", "in_strides", "outs", "out_strides", "scalars", "INIT", "init_strides", "AGG",
@@ -250,28 +283,26 @@ _PLANS: dict = {}
 
 
 def _key(signature):
-    return signature, tuple(sorted(_forced.items())) if _forced else None
+    return signature, forced_settings()
 
 
-def launch_cached(signature, ins, outs, scalars, init) -> bool:
-    """Launch with the plan cached under ``signature``; False when there is none yet."""
-    plan = _PLANS.get(_key(signature))
-    if plan is None:
-        return False
-    plan(ins, outs, scalars, init)
-    return True
+def cached_plan(signature) -> Optional[LaunchPlan]:
+    """The plan made earlier for ``signature``, if any."""
+    return _PLANS.get(_key(signature))
 
 
-def launch(spec, layout, ins, in_strides, outs, out_strides, scalars, *, compute_dtype, time_contiguous,
-           exact=False, init=None, init_strides=(0, 0, 0), signature=None):
-    """Run the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on a ``[T, B]`` grid.
-
-    ``signature``, when given, identifies everything the plan depends on (the caller
-    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it."""
+def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
+             init_of=None, init_strides=(0, 0, 0), signature=None) -> LaunchPlan:
+    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on
+    a ``[T, B]`` grid. ``signature``, when given, identifies everything the plan depends on
+    (the caller includes shapes, strides, dtypes and pointer alignment); the plan is cached
+    under it."""
     device = next(o for o in outs if o is not None).device
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
     plan = LaunchPlan(spec, layout, in_strides, out_strides, init_strides, compute_dtype=compute_dtype,
-                      time_contiguous=time_contiguous, exact=exact, device=device, wide=wide)
-    if signature is not None and len(_PLANS) < 4096:
+                      time_contiguous=time_contiguous, exact=exact, device=device, wide=wide, init_of=init_of)
+    if signature is not None:
+        if len(_PLANS) >= 4096:
+            _PLANS.clear()
         _PLANS[_key(signature)] = plan
-    plan(ins, outs, scalars, init)
+    return plan

@@ -17,7 +17,6 @@ against the rest of ``train()``, and rlscan's GAE on the same buffer.
 from __future__ import annotations
 
 import statistics
-import time
 from typing import NamedTuple
 
 import numpy as np

@@ -123,13 +123,15 @@ def _direct_launch(empty_kernel, x: torch.Tensor):
     try:
         from types import SimpleNamespace
 
-        from .._triton.launch import LaunchPlan
+        from .._triton import launch as L
 
         kernel = empty_kernel[(1,)](x)
         if kernel is None or not hasattr(kernel, "packed_metadata"):
             return None
+        L._load_launch_internals()
         plan = SimpleNamespace(grid=(1, 1, 1), device=x.device)
-        launch = lambda: LaunchPlan._direct_launch(plan, kernel, (x,))  # noqa: E731
+        compiled = (kernel.run, kernel.function, kernel.packed_metadata, kernel, ())
+        launch = lambda: L.LaunchPlan._direct_launch(plan, compiled, (x,))  # noqa: E731
         launch()
         torch.cuda.synchronize()
         return launch

@@ -1,9 +1,10 @@
 """``rlscan.discounted_returns``: discounted sums of rewards, cut at episode ends."""
 from __future__ import annotations
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
-from .. import _forms
+from .. import _forms, _value_backward
 from ..linear_scan import linear_scan
 
 
@@ -27,6 +28,16 @@ def _differentiable(call, r, nv, boot, term, trunc, g_t, gamma):
     return (_forms.result(linear_scan(alpha, g * kappa, reverse=True), call),)
 
 
+def _backward(call, tensors, scalars, outs, grads, needs):
+    """The λ-return's fused backward (``_value_backward``) with no values and ``λ = 1``."""
+    r, nv, boot, term, trunc, g_t = tensors
+    (gamma,) = scalars
+    g_r, _, g_nv, g_boot, _, _, g_gamma, _ = _value_backward.run(
+        _value_backward.LAMBDA_RETURN, call, (r, None, nv, boot, term, trunc, g_t, None), (gamma, 1.0, gamma),
+        outs[0], (grads[0], None), (needs[0], False, needs[1], needs[2], False, False, needs[5], False))
+    return g_r, g_nv, g_boot, None, None, g_gamma
+
+
 OP = OpSpec(
     name="discounted_returns",
     inputs=(("rewards", "series"), ("next_values", "series"), ("bootstrap_value", "batch"),
@@ -35,10 +46,12 @@ OP = OpSpec(
     kernel=_kernel,
     cpu=_cpu,
     differentiable=_differentiable,
+    backward=_backward,
 )
 register_fused(OP)
 
 
+@fast_path
 def discounted_returns(
     rewards,
     *,

@@ -1,7 +1,9 @@
 """``rlscan.eligibility_traces``: accumulating traces that reset after each episode end."""
 from __future__ import annotations
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
+from ..._autograd import backward_spec, gradient_buffers, run_backward
 from ..._library import register_fused
 from .. import _forms
 from ..linear_scan import linear_scan
@@ -28,6 +30,34 @@ def _differentiable(call, x, dones, g_t, l_t, init, gamma, lmbda, gamma_lmbda):
     return (_forms.result(linear_scan(x, beta, initial=_forms.upcast(init, call)), call),)
 
 
+def _backward_kernel():
+    from . import kernel
+
+    return kernel.backward_coeffs, kernel.backward_emit, True
+
+
+BACKWARD = backward_spec(
+    "eligibility_traces_backward",
+    (("grad", "series"), ("dones", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("traces", "series")),
+    n_out=4, kernel=_backward_kernel, time_contiguous_of=4)
+
+
+def traces_backward(call, x, dones, g_t, l_t, init, scalars, traces, grad, needs) -> tuple:
+    """``(∂x, ∂γ, ∂λ, ∂initial)`` by one fused scan in reverse (``kernel.backward_coeffs``);
+    the episodic prefix sum's too, with ``γ λ = 1``."""
+    need_x, need_g, need_l, need_init = needs
+    g_x, g_init, g_g, g_l = gradient_buffers(call, (x, init, g_t, l_t), (need_x, need_init, need_g, need_l))
+    run_backward(BACKWARD, call, (grad, dones, g_t, l_t, traces), scalars, (g_x, g_init, g_g, g_l))
+    return g_x, g_g, g_l, None if g_init is None else g_init.select(call.time_dim, 0)
+
+
+def _backward(call, tensors, scalars, outs, grads, needs):
+    x, dones, g_t, l_t, init = tensors
+    g_x, g_g, g_l, g_init = traces_backward(call, x, dones, g_t, l_t, init, scalars, outs[0], grads[0],
+                                            (needs[0], needs[2], needs[3], needs[4]))
+    return g_x, None, g_g, g_l, g_init
+
+
 OP = OpSpec(
     name="eligibility_traces",
     inputs=(("x", "series"), ("dones", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("initial", "batch")),
@@ -36,10 +66,12 @@ OP = OpSpec(
     cpu=_cpu,
     differentiable=_differentiable,
     init_of=4,
+    backward=_backward,
 )
 register_fused(OP)
 
 
+@fast_path
 def eligibility_traces(x, *, dones, gamma, lmbda, initial=None, time_dim=0, exact=False, out_dtype=None, out=None):
     """Accumulating eligibility traces (Sutton & Barto 2018, §12.2), reset after episode ends::
 

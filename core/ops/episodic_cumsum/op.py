@@ -1,9 +1,11 @@
 """``rlscan.episodic_cumsum``: prefix sums that restart at episode boundaries."""
 from __future__ import annotations
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
 from .. import _forms
+from ..eligibility_traces.op import traces_backward
 from ..linear_scan import linear_scan
 
 
@@ -25,6 +27,14 @@ def _differentiable(call, x, dones, init):
     return (_forms.result(linear_scan(x, _forms.shift_back(keep, 1.0), initial=_forms.upcast(init, call)), call),)
 
 
+def _backward(call, tensors, scalars, outs, grads, needs):
+    """Eligibility traces' fused backward with ``γ λ = 1``."""
+    x, dones, init = tensors
+    g_x, _, _, g_init = traces_backward(call, x, dones, None, None, init, (1.0, 1.0, 1.0), outs[0], grads[0],
+                                        (needs[0], False, False, needs[2]))
+    return g_x, None, g_init
+
+
 OP = OpSpec(
     name="episodic_cumsum",
     inputs=(("x", "series"), ("dones", "flag"), ("initial", "batch")),
@@ -33,10 +43,12 @@ OP = OpSpec(
     cpu=_cpu,
     differentiable=_differentiable,
     init_of=2,
+    backward=_backward,
 )
 register_fused(OP)
 
 
+@fast_path
 def episodic_cumsum(x, *, dones, initial=None, time_dim=0, exact=False, out_dtype=None, out=None):
     """A prefix sum over time that restarts after each episode end::
 

@@ -5,9 +5,10 @@ from typing import NamedTuple
 
 import torch
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
-from .. import _forms
+from .. import _forms, _value_backward
 from ..linear_scan import linear_scan
 
 
@@ -37,6 +38,11 @@ def _differentiable(call, r, v, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, g
     return _forms.result(adv, call), _forms.result(adv + v, call)
 
 
+def _backward(call, tensors, scalars, outs, grads, needs):
+    """One fused scan (``_value_backward``): the adjoint runs forward in time."""
+    return _value_backward.run(_value_backward.GAE, call, tensors, scalars, outs[0], grads, needs)
+
+
 OP = OpSpec(
     name="gae",
     inputs=(("rewards", "series"), ("values", "series"), ("next_values", "series"), ("bootstrap_value", "batch"),
@@ -45,10 +51,12 @@ OP = OpSpec(
     kernel=_kernel,
     cpu=_cpu,
     differentiable=_differentiable,
+    backward=_backward,
 )
 register_fused(OP)
 
 
+@fast_path
 def gae(
     rewards,
     values,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import numbers
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
 
 
@@ -61,6 +62,7 @@ ADJOINT_FORWARD = _spec("linear_scan_adjoint", reverse=False, adjoint=True)
 ADJOINT_REVERSE = _spec("linear_scan_reverse_adjoint", reverse=True, adjoint=True)
 
 
+@fast_path
 def linear_scan(alpha, beta, *, reverse=False, initial=None, time_dim=0, exact=False, out_dtype=None, out=None):
     """Solve a first-order linear recurrence along ``time_dim``::
 

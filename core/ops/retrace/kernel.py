@@ -2,7 +2,9 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, load_batch, load_coef, load_flag, load_shifted, offsets, scalar, store, value_after
+from ..._triton.engine import (
+    load, load_batch, load_coef, load_flag, load_shifted, offsets, scalar, step_terms, store, value_after,
+)
 
 
 @triton.jit
@@ -89,3 +91,90 @@ def table_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
         e_next = tl.where(tile[0] == T - 1, load_batch(BOOT, s[6], tile, ACC), e_ahead)
     return trace_coeffs(r, e, e_next, q_ahead, tl.exp(log_rho_ahead), tile, s[7], s[8], TERM, TRUNC, GAMMA, s[9],
                         LMBDA, s[10], scalars, T, ACC)
+
+
+# ----------------------------------------------------------------------------- backward
+#
+# Forward, Q_t = α_t + β_t Q_{t+1} with β_t = γ_t λ_t κ_t ĉ_{t+1} (ĉ = min(c̄, ρ)) and
+# α_t = r_t + γ_t ν_t E'_t − β_t q_{t+1}. With G_t = ∂L/∂q_targets_t + ∂L/∂advantages_t the
+# adjoint runs forward in time, u_t = G_t + β_{t−1} u_{t−1}, and:
+#
+#     ∂r_t     = u_t
+#     ∂q_t     = −β_{t−1} u_{t−1}
+#     ∂E_t     = −∂L/∂advantages_t + [E'_{t−1} = E_t] γ_{t−1} ν_{t−1} u_{t−1}
+#     ∂E'_t    = γ_t ν_t u_t
+#     ∂log ρ_t = [ρ_t ≤ c̄] ρ_t γ_{t−1} λ_{t−1} κ_{t−1} u_{t−1} (Q_t − q_t)
+#     ∂γ_t     = u_t (ν_t E'_t + λ_t κ_t ĉ_{t+1} (Q_{t+1} − q_{t+1}))
+#     ∂λ_t     = u_t γ_t κ_t ĉ_{t+1} (Q_{t+1} − q_{t+1})
+
+
+@triton.jit
+def _backward_step(ins, s, scalars, tile, T, SHIFT: tl.constexpr, ACC: tl.constexpr):
+    """``(γ, λ, ν, κ, ĉ_{t+1}, γλκ, β)`` at ``t + SHIFT``."""
+    G_Q, G_ADV, Q, E, LOG_RHO, NE, BOOT, TERM, TRUNC, GAMMA, LMBDA, QRET = ins
+    nu, kappa, gamma, lmbda = step_terms(TERM, s[7], TRUNC, s[8], GAMMA, s[9], LMBDA, s[10], scalars, tile, SHIFT, T,
+                                         ACC)
+    if GAMMA is None and LMBDA is None:
+        gamma_lmbda = scalar(scalars[2], ACC)
+    else:
+        gamma_lmbda = gamma * lmbda
+    rho_ahead = tl.exp(load_shifted(LOG_RHO, s[4], tile, SHIFT + 1, T, ACC))
+    c_ahead = tl.minimum(rho_ahead, scalar(scalars[3], ACC), propagate_nan=tl.PropagateNan.ALL)
+    return gamma, lmbda, nu, kappa, c_ahead, gamma_lmbda * kappa, gamma_lmbda * kappa * c_ahead
+
+
+@triton.jit
+def backward_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    """Inputs ``(G_Q, G_ADV, Q, E, LOG_RHO, NE, BOOT, TERM, TRUNC, GAMMA, LMBDA, QRET)``."""
+    G_Q, G_ADV, Q, E, LOG_RHO, NE, BOOT, TERM, TRUNC, GAMMA, LMBDA, QRET = ins
+    zero = tl.zeros(tile[3].shape, ACC)
+    if G_Q is None:
+        g = zero
+    else:
+        g = load(G_Q, s[0], tile, ACC)
+    if G_ADV is None:
+        g_adv = zero
+    else:
+        g_adv = load(G_ADV, s[1], tile, ACC)
+    gamma, lmbda, nu, kappa, c_ahead, _, _ = _backward_step(ins, s, scalars, tile, T, 0, ACC)
+    gamma_p, _, nu_p, _, _, glk_p, beta_p = _backward_step(ins, s, scalars, tile, T, -1, ACC)
+    if NE is None:
+        e_prev = gamma_p * nu_p  # E'_{t-1} = E_t
+        en_rows = tile[0] == T - 1  # the bootstrap's gradient: the last step only
+    else:
+        e_prev = zero
+        en_rows = tile[0] >= 0
+    rho = tl.exp(load(LOG_RHO, s[4], tile, ACC))
+    rho_grad = tl.where(rho <= scalar(scalars[3], ACC), rho, 0)  # ∂ĉ_t/∂log ρ_t
+    gap = load(QRET, s[11], tile, ACC) - load(Q, s[2], tile, ACC)  # Q_t − q_t
+    if GAMMA is None and LMBDA is None:
+        e_next = zero
+        gap_ahead = zero
+    else:
+        e_next = value_after(E, s[3], NE, s[5], BOOT, s[6], tile, T, ACC)
+        gap_ahead = load_shifted(QRET, s[11], tile, 1, T, ACC) - load_shifted(Q, s[2], tile, 1, T, ACC)
+        gap_ahead = tl.where(kappa != 0, gap_ahead, 0)
+    keep = (g_adv, gamma * nu, e_prev, en_rows, beta_p, glk_p * rho_grad * gap, e_next, gap_ahead, nu, kappa, gamma,
+            lmbda, c_ahead)
+    return g + g_adv, beta_p, keep
+
+
+@triton.jit
+def backward_emit(outs, s, scalars, u, u_prev, keep, tile, T):
+    """Outputs ``(∂r, ∂q, ∂E, ∂log ρ, ∂E', ∂γ, ∂λ)``; ``∂E'`` as ``∂V'`` in ``_value_backward``."""
+    G_R, G_Q, G_E, G_LOG_RHO, G_EN, G_GAMMA, G_LMBDA = outs
+    g_adv, d_en, e_prev, en_rows, beta_p, rho_term, e_next, gap_ahead, nu, kappa, gamma, lmbda, c_ahead = keep
+    if G_R is not None:
+        store(G_R, s, tile, u)
+    if G_Q is not None:
+        store(G_Q, s, tile, -beta_p * u_prev)
+    if G_E is not None:
+        store(G_E, s, tile, e_prev * u_prev - g_adv)
+    if G_LOG_RHO is not None:
+        store(G_LOG_RHO, s, tile, rho_term * u_prev)
+    if G_EN is not None:
+        tl.store(G_EN + offsets(s, tile[0], tile), d_en * u, mask=tile[3] & en_rows)
+    if G_GAMMA is not None:
+        store(G_GAMMA, s, tile, u * (nu * e_next + lmbda * kappa * c_ahead * gap_ahead))
+    if G_LMBDA is not None:
+        store(G_LMBDA, s, tile, u * gamma * kappa * c_ahead * gap_ahead)

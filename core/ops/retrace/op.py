@@ -5,7 +5,9 @@ from typing import NamedTuple
 
 import torch
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
+from ..._autograd import backward_spec, gradient_buffers, run_backward
 from ..._library import register_fused
 from ..._inputs import check_clip
 from .. import _forms
@@ -58,6 +60,34 @@ def _differentiable(call, r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t, gam
     return retrace_form(call, r, q, e, log_rho.exp(), ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip)
 
 
+def _backward_kernel():
+    from . import kernel
+
+    return kernel.backward_coeffs, kernel.backward_emit, False
+
+
+BACKWARD = backward_spec(
+    "retrace_backward",
+    (("grad_q_targets", "series"), ("grad_advantages", "series"), ("q_taken", "series"), ("expected_q", "series"),
+     ("log_rhos", "series"), ("next_expected_q", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
+     ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("q_targets", "series")),
+    n_out=7, kernel=_backward_kernel, time_contiguous_of=11)
+
+
+def _backward(call, tensors, scalars, outs, grads, needs):
+    """One fused scan forward in time (``kernel.backward_coeffs``)."""
+    r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t = tensors
+    need_r, need_q, need_e, need_rho, need_ne, need_boot, _, _, need_g, need_l = needs
+    expected_after = ne if ne is not None else boot
+    need_after = need_ne if ne is not None else need_boot
+    g_r, g_q, g_e, g_rho, g_en, g_g, g_l = gradient_buffers(
+        call, (r, q, e, log_rho, expected_after, g_t, l_t), (need_r, need_q, need_e, need_rho, need_after, need_g, need_l))
+    run_backward(BACKWARD, call, (grads[0], grads[1], q, e, log_rho, ne, boot, term, trunc, g_t, l_t, outs[0]),
+                 scalars, (g_r, g_q, g_e, g_rho, g_en, g_g, g_l))
+    g_boot = g_en.select(call.time_dim, -1) if ne is None and g_en is not None else None
+    return g_r, g_q, g_e, g_rho, g_en if ne is not None else None, g_boot, None, None, g_g, g_l
+
+
 OP = OpSpec(
     name="retrace",
     inputs=(("rewards", "series"), ("q_taken", "series"), ("expected_q", "series"), ("log_rhos", "series"),
@@ -67,10 +97,12 @@ OP = OpSpec(
     kernel=_kernel,
     cpu=_cpu,
     differentiable=_differentiable,
+    backward=_backward,
 )
 register_fused(OP)
 
 
+@fast_path
 def retrace(
     rewards,
     q_taken,
@@ -151,6 +183,7 @@ TABLE_OP = OpSpec(
 register_fused(TABLE_OP)
 
 
+@fast_path
 def retrace_from_q(
     rewards,
     q_values,

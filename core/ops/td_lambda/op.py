@@ -1,9 +1,10 @@
 """``rlscan.td_lambda``: λ-returns."""
 from __future__ import annotations
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
-from .. import _forms
+from .. import _forms, _value_backward
 from ..linear_scan import linear_scan
 
 
@@ -27,6 +28,11 @@ def _differentiable(call, r, v, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, g
     return (_forms.result(linear_scan(alpha, g * lam * kappa, reverse=True), call),)
 
 
+def _backward(call, tensors, scalars, outs, grads, needs):
+    """One fused scan (``_value_backward``): the adjoint runs forward in time."""
+    return _value_backward.run(_value_backward.LAMBDA_RETURN, call, tensors, scalars, outs[0], (grads[0], None), needs)
+
+
 OP = OpSpec(
     name="td_lambda",
     inputs=(("rewards", "series"), ("values", "series"), ("next_values", "series"), ("bootstrap_value", "batch"),
@@ -35,10 +41,12 @@ OP = OpSpec(
     kernel=_kernel,
     cpu=_cpu,
     differentiable=_differentiable,
+    backward=_backward,
 )
 register_fused(OP)
 
 
+@fast_path
 def td_lambda(
     rewards,
     values,

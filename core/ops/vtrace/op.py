@@ -5,7 +5,9 @@ from typing import NamedTuple
 
 import torch
 
+from ..._fast import fast_path
 from ..._call import Call, OpSpec
+from ..._autograd import backward_spec, gradient_buffers, run_backward
 from ..._library import register_fused
 from ..._inputs import check_clip
 from .. import _forms
@@ -44,6 +46,34 @@ def _differentiable(call, r, v, log_rho, nv, boot, term, trunc, g_t, l_t, gamma,
     return _forms.result(vs, call), _forms.result(pg, call)
 
 
+def _backward_kernel():
+    from . import kernel
+
+    return kernel.backward_coeffs, kernel.backward_emit, False
+
+
+BACKWARD = backward_spec(
+    "vtrace_backward",
+    (("grad_vs", "series"), ("grad_pg", "series"), ("rewards", "series"), ("values", "series"),
+     ("log_rhos", "series"), ("next_values", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
+     ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("vs", "series")),
+    n_out=6, kernel=_backward_kernel, time_contiguous_of=11)
+
+
+def _backward(call, tensors, scalars, outs, grads, needs):
+    """One fused scan forward in time (``kernel.backward_coeffs``)."""
+    r, v, log_rho, nv, boot, term, trunc, g_t, l_t = tensors
+    need_r, need_v, need_rho, need_nv, need_boot, _, _, need_g, need_l = needs
+    value_after = nv if nv is not None else boot
+    need_after = need_nv if nv is not None else need_boot
+    g_r, g_v, g_rho, g_vn, g_g, g_l = gradient_buffers(
+        call, (r, v, log_rho, value_after, g_t, l_t), (need_r, need_v, need_rho, need_after, need_g, need_l))
+    run_backward(BACKWARD, call, (grads[0], grads[1], r, v, log_rho, nv, boot, term, trunc, g_t, l_t, outs[0]),
+                 scalars, (g_r, g_v, g_rho, g_vn, g_g, g_l))
+    g_boot = g_vn.select(call.time_dim, -1) if nv is None and g_vn is not None else None
+    return g_r, g_v, g_rho, g_vn if nv is not None else None, g_boot, None, None, g_g, g_l
+
+
 OP = OpSpec(
     name="vtrace",
     inputs=(("rewards", "series"), ("values", "series"), ("log_rhos", "series"), ("next_values", "series"),
@@ -53,10 +83,12 @@ OP = OpSpec(
     kernel=_kernel,
     cpu=_cpu,
     differentiable=_differentiable,
+    backward=_backward,
 )
 register_fused(OP)
 
 
+@fast_path
 def vtrace(
     rewards,
     values,

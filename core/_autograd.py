@@ -1,0 +1,62 @@
+"""Autograd for an op whose backward is a fused kernel of its own.
+
+The forward runs the op's fused kernel as the no-grad path does; the backward hands the
+saved inputs and outputs to ``OpSpec.backward``, which runs one more fused scan.
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+
+class _FusedFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, call, op, scalars, exact, *tensors):
+        outs = call.new_outputs(op.n_out)
+        call.compute(op, tensors, scalars, outs, exact)
+        ctx.set_materialize_grads(False)
+        ctx.call, ctx.op, ctx.scalars = call, op, scalars
+        ctx.save_for_backward(*tensors, *outs)
+        return outs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        n = len(saved) - ctx.op.n_out
+        if all(g is None for g in grads):
+            return (None,) * (4 + n)
+        grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
+        return (None, None, None, None) + tuple(grads_in)
+
+
+def _triton_only(*args):
+    raise RuntimeError("a fused backward runs on the Triton path; the CPU path differentiates the op's torch form")
+
+
+def backward_spec(name: str, inputs: tuple, n_out: int, kernel, time_contiguous_of: int):
+    """The :class:`OpSpec` of a fused backward kernel: ``inputs`` are the output gradients and
+    what the forward saved; its outputs are the inputs' gradients."""
+    from ._call import OpSpec
+
+    return OpSpec(name=name, inputs=inputs, n_out=n_out, kernel=kernel, cpu=_triton_only,
+                  differentiable=_triton_only, time_contiguous_of=time_contiguous_of)
+
+
+def gradient_buffers(call, inputs: tuple, needs: tuple) -> tuple:
+    """An uninitialised gradient for each input that needs one (else ``None``), in the input's
+    dtype and laid out as the call's anchor: the scan engine writes all of a kernel's outputs
+    with one set of strides. A per-environment input (``bootstrap_value``, ``initial``) gets a
+    full buffer, of which the backward kernel writes one step."""
+    return tuple(torch.empty_like(call.anchor, dtype=x.dtype) if x is not None and need else None
+                 for x, need in zip(inputs, needs))
+
+
+def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> None:
+    """Run a fused backward kernel (an :class:`OpSpec` whose outputs are gradients) on the Triton path."""
+    call.compute(spec, tensors, scalars, outs, False, path="triton")
+
+
+def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool) -> tuple:
+    """The op's outputs, differentiable through ``op.backward``."""
+    return _FusedFunction.apply(call, op, scalars, exact, *tensors)

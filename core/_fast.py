@@ -1,0 +1,137 @@
+"""Repeat calls skip the checks.
+
+An op call's arguments are checked once per *signature*: for every tensor argument its
+type, shape, strides, dtype, device, 16-byte alignment and ``requires_grad``; for every
+other argument its type and value; and the backend, the grad mode and any forced launch
+settings. The first call with a signature runs the checked path and records what it
+ran: which arguments became the kernel's inputs, the scalars, the output dtype, and the
+runner (a Triton launch plan, or the CPU loop on a fixed layout). Later calls with the
+same signature allocate the outputs and run the runner directly.
+
+A call is recorded only when its checks depend on nothing but the signature. Calls that
+check values (a tensor γ/λ or action indices on the CPU), convert arguments (numpy
+arrays, broadcast coefficients), need gradients, write into ``out=``, are split into
+several launches, raise, or run inside ``torch.compile`` always take the checked path.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import threading
+
+import torch
+
+from . import _backend
+from ._triton import launch as _launch
+
+_MAX_ENTRIES = 1024
+_CHECKED_PATH = object()  # the cache's entry for a signature that must always be checked
+_CACHE: dict = {}
+_local = threading.local()
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+def _value_key(v):
+    kind = type(v)
+    if kind is torch.Tensor:
+        return v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() & 15, v.requires_grad
+    if v is None or kind in (float, int, bool, str, torch.dtype):
+        return kind, v
+    raise _Uncacheable
+
+
+def record(call, op, tensors: tuple, scalars: tuple, outs: tuple, runner) -> None:
+    """Note what a checked call ran (``Call.run`` calls this after filling fresh outputs)."""
+    log = getattr(_local, "log", None)
+    if log is not None:
+        log.append((call, tensors, scalars, outs, runner))
+
+
+class _Entry:
+    """A recorded call, replayed on new arguments with the same signature.
+
+    The arguments are seen as one tuple, ``args + kwargs' values + (None,)``: the keyword
+    names and their order are part of the signature, so positions in it are fixed."""
+
+    __slots__ = ("pick", "anchor", "runner", "scalars", "dtype", "n_out", "wrap")
+
+    def __call__(self, arguments: tuple):
+        tensors = self.pick(arguments)
+        anchor = arguments[self.anchor]
+        dtype = self.dtype
+        if self.n_out == 1:
+            outs = (torch.empty_like(anchor, dtype=dtype),)
+        else:
+            outs = tuple([torch.empty_like(anchor, dtype=dtype) for _ in range(self.n_out)])
+        self.runner(tensors, outs, self.scalars)
+        return self.wrap(outs)
+
+
+def _source(t, arguments: tuple) -> int:
+    """Where tensor ``t`` sits among the arguments (the last place, ``None``, for ``None``)."""
+    if t is None:
+        return len(arguments) - 1
+    for i, a in enumerate(arguments):
+        if a is t:
+            return i
+    raise _Uncacheable
+
+
+def _entry(log, arguments: tuple, result):
+    if len(log) != 1:
+        raise _Uncacheable
+    call, tensors, scalars, outs, runner = log[0]
+    if runner is None or call.checked_values or call.numpy_io:
+        raise _Uncacheable
+    entry = _Entry()
+    sources = [_source(t, arguments) for t in tensors]
+    entry.pick = (lambda a: (a[sources[0]],)) if len(sources) == 1 else operator.itemgetter(*sources)
+    entry.anchor = _source(call.anchor, arguments)
+    entry.runner, entry.scalars, entry.n_out = runner, tuple(scalars), len(outs)
+    entry.dtype = outs[0].dtype
+    if len(outs) == 1 and result is outs[0]:
+        entry.wrap = lambda o: o[0]
+    elif isinstance(result, tuple) and len(result) == len(outs) and all(a is b for a, b in zip(result, outs)):
+        kind = type(result)
+        entry.wrap = (lambda o: o) if kind is tuple else (lambda o: kind(*o))
+    else:
+        raise _Uncacheable
+    return entry
+
+
+def fast_path(fn):
+    """Let repeat calls of the op function ``fn`` with the same signature skip the checks."""
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        if torch.compiler.is_compiling() or getattr(_local, "log", None) is not None:
+            return fn(*args, **kwargs)
+        arguments = args + tuple(kwargs.values()) + (None,)
+        try:
+            key = (fn, tuple(kwargs), tuple(map(_value_key, arguments)), _backend.get_backend(),
+                   torch.is_grad_enabled(), _launch.forced_settings())
+        except _Uncacheable:
+            return fn(*args, **kwargs)
+        entry = _CACHE.get(key)
+        if entry is _CHECKED_PATH:
+            return fn(*args, **kwargs)
+        if entry is not None:
+            return entry(arguments)
+        _local.log = log = []
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _local.log = None
+        try:
+            entry = _entry(log, arguments, result)
+        except _Uncacheable:
+            entry = _CHECKED_PATH
+        if len(_CACHE) >= _MAX_ENTRIES:
+            _CACHE.clear()
+        _CACHE[key] = entry
+        return result
+
+    return op

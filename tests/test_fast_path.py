@@ -1,0 +1,104 @@
+"""Repeat calls with the same signature skip the checks (``rlscan._fast``): they must give
+the results of the checked path on new data, and every check that reads values, and every
+error, must still happen on every call."""
+import numpy as np
+import pytest
+import torch
+
+import rlscan
+from rlscan import _fast
+from rlscan_testing import OP_NAMES, assert_matches_reference, make_problem
+
+
+def _replayed_entries() -> int:
+    return sum(1 for e in _fast._CACHE.values() if e is not _fast._CHECKED_PATH)
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_repeat_call_on_new_data_matches_reference(path, op):
+    """The second call with the same signature is replayed, on the second call's tensors."""
+    _fast._CACHE.clear()
+    first = make_problem(op, (9, 3), device=path.device, seed=1)
+    assert_matches_reference(first)
+    assert _replayed_entries() == 1
+    second = make_problem(op, (9, 3), device=path.device, seed=2)
+    outs = second.run()
+    assert _replayed_entries() == 1  # no new entry: the recorded one ran
+    assert_matches_reference(second)
+    assert type(outs) is type(first.run())
+
+
+def test_layout_change_is_a_new_signature(path):
+    _fast._CACHE.clear()
+    assert_matches_reference(make_problem("gae", (6, 4), device=path.device, seed=3))
+    assert_matches_reference(make_problem("gae", (6, 4), device=path.device, seed=4, layout="transposed"))
+    assert_matches_reference(make_problem("gae", (6, 4), device=path.device, seed=5, dtype=torch.float64))
+    assert _replayed_entries() == 3
+
+
+def test_named_outputs_survive_the_replay(path):
+    p = make_problem("gae", (5, 2), device=path.device)
+    for _ in range(2):
+        out = p.run()
+    adv, ret = rlscan.gae(*p.args, **p.kwargs)
+    assert torch.equal(adv, out[0]) and torch.equal(ret, out[1])
+    assert rlscan.gae(*p.args, **p.kwargs).advantages is not None
+
+
+def test_errors_are_raised_on_every_call(path):
+    r = torch.randn(5, 3, device=path.device)
+    v = torch.randn(5, 3, device=path.device)
+    rlscan.gae(r, v, bootstrap_value=torch.zeros(3, device=path.device))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="bootstrap_value"):
+            rlscan.gae(r, v, bootstrap_value=torch.zeros(4, device=path.device))
+        with pytest.raises(ValueError, match="gamma"):
+            rlscan.gae(r, v, bootstrap_value=torch.zeros(3, device=path.device), gamma=1.5)
+
+
+def test_value_checks_run_on_every_call():
+    """On the CPU, tensor γ and action indices are checked by value: never replayed."""
+    r, v, boot = torch.randn(5, 3), torch.randn(5, 3), torch.randn(3)
+    gamma = torch.full((5, 3), 0.9)
+    rlscan.gae(r, v, bootstrap_value=boot, gamma=gamma)
+    gamma[2, 1] = 1.5
+    with pytest.raises(ValueError, match="gamma"):
+        rlscan.gae(r, v, bootstrap_value=boot, gamma=gamma)
+    q = torch.randn(5, 3, 4)
+    probs = torch.softmax(torch.randn(5, 3, 4), -1)
+    actions = torch.randint(0, 4, (5, 3))
+    log_mu = torch.full((5, 3), -1.0)
+    rlscan.retrace_from_q(r, q, actions, probs, log_mu, bootstrap_value=boot)
+    actions[1, 1] = 4
+    with pytest.raises(ValueError, match="actions"):
+        rlscan.retrace_from_q(r, q, actions, probs, log_mu, bootstrap_value=boot)
+
+
+def test_numpy_gradients_and_out_take_the_checked_path(path):
+    _fast._CACHE.clear()
+    p = make_problem("td_lambda", (6, 2), device=path.device, seed=6)
+    if path.device.type == "cpu":
+        a = np.random.default_rng(0).standard_normal((6, 2)).astype(np.float32)
+        for _ in range(2):
+            assert isinstance(rlscan.td_lambda(a, a.copy(), bootstrap_value=a[0].copy()), np.ndarray)
+    r = p.args[0].clone().requires_grad_()
+    for _ in range(2):
+        p.replace(rewards=r).run()[0].sum().backward()
+    out = torch.empty_like(p.args[0])
+    for _ in range(2):
+        assert p.run(out=out)[0] is out
+    assert _replayed_entries() == 0
+
+
+def test_forced_settings_are_part_of_the_signature():
+    from rlscan._triton.launch import forced_config
+    from rlscan_testing import path_for
+
+    chosen = path_for("triton")
+    _fast._CACHE.clear()
+    with rlscan.use_backend("triton"):
+        p = make_problem("gae", (7, 3), device=chosen.device, seed=7)
+        assert_matches_reference(p)
+        with forced_config(kind="stripe", stripes=2, steps=2, block_b=2):
+            assert_matches_reference(p)
+    assert _replayed_entries() == 2

@@ -1,0 +1,135 @@
+"""The fused backward kernels (every op but ``retrace_from_q``; the linear scan's is its
+adjoint scan) on the Triton path: every kernel path and layout, every source of the value
+after a step, per-step and scalar γ/λ, the clips, gradients of some outputs only. The expected gradients come from the CPU path, which
+differentiates the ops' torch forms (gradchecked in float64 in test_gradients.py)."""
+import pytest
+import torch
+
+import rlscan
+from rlscan._triton.launch import forced_config
+from rlscan_testing import KERNEL_CONFIGS, assert_close, make_problem, path_for
+
+FUSED_BACKWARD_OPS = ("gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "eligibility_traces",
+                      "episodic_cumsum")
+FLAG_NAMES = ("terminated", "truncated")
+
+
+def _leaves(problem) -> dict:
+    return {k: v.detach().clone().requires_grad_() for k, v in problem.arguments().items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and k not in FLAG_NAMES}
+
+
+def _gradients(problem, backend, output_grads=None):
+    """The outputs and every floating input's gradient for ``Σ_k <output_k, output_grads_k>``."""
+    with rlscan.use_backend(backend):
+        leaves = _leaves(problem)
+        outs = problem.replace(**leaves).run()
+        if output_grads is None:
+            gen = torch.Generator().manual_seed(5)
+            output_grads = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
+        pairs = [(o, g) for o, g in zip(outs, output_grads) if g is not None]
+        grads = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()), [g for _, g in pairs],
+                                    allow_unused=True, materialize_grads=True)
+    return outs, dict(zip(leaves, grads)), output_grads
+
+
+def _assert_same_gradients(problem, output_grads=None):
+    device = path_for("triton").device
+    problem = problem.replace(**{k: v.to(device) for k, v in problem.arguments().items() if isinstance(v, torch.Tensor)})
+    outs, fused, output_grads = _gradients(problem, "triton", output_grads)
+    assert outs[0].grad_fn.name() == "_FusedFunctionBackward"
+    cpu_problem = problem.replace(**{k: v.cpu() for k, v in problem.arguments().items() if isinstance(v, torch.Tensor)})
+    cpu_grads = [None if g is None else g.cpu() for g in output_grads]
+    _, expected, _ = _gradients(cpu_problem, "cpu", cpu_grads)
+    for name, grad in fused.items():
+        assert grad.dtype == problem.arguments()[name].dtype, name
+        assert_close(grad.cpu(), expected[name], grad.dtype, name)
+
+
+def _problem(op, values="bootstrap", shape=(11, 3), dtype=torch.float64, coefs="tensor", seed=0, **kw):
+    truncated = "random" if values == "next" else None
+    return make_problem(op, shape, dtype=dtype, values=values, truncated=truncated, gamma=coefs, lmbda=coefs,
+                        seed=seed, **kw)
+
+
+@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
+@pytest.mark.parametrize("config", KERNEL_CONFIGS)
+def test_kernel_paths(op, config):
+    """Every kernel path: tiles, single rows, stripes, and chunks (the adjoint's carry
+    crosses chunk edges going forward in time)."""
+    for values in ("bootstrap", "next"):
+        with forced_config(**KERNEL_CONFIGS[config]):
+            _assert_same_gradients(_problem(op, values, seed=len(config)))
+
+
+@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
+@pytest.mark.parametrize("layout", [dict(shape=(3, 11), time_dim=1), dict(shape=(2, 11, 3), time_dim=1),
+                                    dict(shape=(11, 4), time_dim=0, layout="transposed"),
+                                    dict(shape=(2, 3, 5, 2), time_dim=2, layout="sliced")],
+                         ids=["time-last", "two-groups", "transposed", "split-call"])
+def test_layouts(op, layout):
+    _assert_same_gradients(_problem(op, seed=2, **layout))
+
+
+@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
+@pytest.mark.parametrize("coefs", [0.9, "per_step", "scalar_tensor"])
+def test_coefficients(op, coefs):
+    """Scalar γ/λ (no coefficient gradients), one γ/λ per step broadcast over environments
+    (their gradients summed over environments), and a 0-d tensor."""
+    _assert_same_gradients(_problem(op, coefs=coefs, seed=4))
+
+
+@pytest.mark.parametrize("op", ["gae", "td_lambda"])
+def test_without_episode_flags_and_with_every_flag(op):
+    _assert_same_gradients(_problem(op, terminated=None, seed=6))
+    _assert_same_gradients(_problem(op, values="next", terminated="all", seed=7))
+
+
+def test_discounted_returns_without_bootstrap():
+    _assert_same_gradients(_problem("discounted_returns", values="none", seed=8))
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_gae_gradient_of_one_output(which):
+    """Only the advantages, or only the returns, carry a gradient."""
+    problem = _problem("gae", seed=9)
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(problem.args[0].shape, generator=gen, dtype=torch.float64) for _ in range(2)]
+    grads[1 - which] = None
+    _assert_same_gradients(problem, grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_low_precision_inputs(dtype):
+    """Gradients come back in each input's dtype; they are computed in float32."""
+    _assert_same_gradients(_problem("gae", dtype=dtype, seed=10))
+
+
+def test_sum_backward_reads_a_broadcast_gradient():
+    """``loss = adv.sum()`` hands the backward a gradient with stride 0 everywhere."""
+    device = path_for("triton").device
+    problem = _problem("td_lambda", seed=11)
+    problem = problem.replace(**{k: v.to(device) for k, v in problem.arguments().items() if isinstance(v, torch.Tensor)})
+    with rlscan.use_backend("triton"):
+        r = problem.args[0].clone().requires_grad_()
+        problem.replace(rewards=r).run()[0].sum().backward()
+    with rlscan.use_backend("cpu"):
+        r_cpu = problem.args[0].cpu().clone().requires_grad_()
+        cpu = problem.replace(**{k: v.cpu() for k, v in problem.arguments().items() if isinstance(v, torch.Tensor)})
+        cpu.replace(rewards=r_cpu).run()[0].sum().backward()
+    assert_close(r.grad.cpu(), r_cpu.grad, torch.float64)
+
+
+def test_cpu_path_differentiates_the_torch_form():
+    problem = _problem("gae", seed=12)
+    with rlscan.use_backend("cpu"):
+        outs = problem.replace(rewards=problem.args[0].clone().requires_grad_()).run()
+    assert outs[0].grad_fn.name() != "_FusedFunctionBackward"
+
+
+@pytest.mark.parametrize("op, clips", [("vtrace", (1.3, 0.7, 2.0)), ("vtrace", (float("inf"),) * 3),
+                                       ("retrace", (0.6,)), ("retrace", (float("inf"),))])
+def test_clips(op, clips):
+    """Each clip's subgradient (``torch.clamp``'s: it passes where ``ρ ≤ clip``), and no clip."""
+    _assert_same_gradients(_problem(op, seed=13, clips=clips))
+    _assert_same_gradients(_problem(op, "next", seed=14, clips=clips))
