@@ -73,3 +73,17 @@ def test_chunks_with_tensor_coefficients(triton_path, op, config):
     problem = make_problem(op, (T, 3), gamma="tensor", lmbda="tensor", device=triton_path.device, seed=21)
     with forced_config(**CONFIGS[config]):
         assert_matches_reference(problem)
+
+
+def test_gpu_heuristic_by_shape():
+    """The measured rules of ``_gpu_config`` (docs/perf-notes.md), on an H200's 132 SMs."""
+    from rlscan._triton.launch import _gpu_config
+
+    sequential = lambda cfg: cfg.kind == "stripe" and cfg.stripes == 1 and cfg.steps == 1  # noqa: E731
+    assert sequential(_gpu_config(8, 65536, False, 132))
+    for T in (16, 128, 2048):
+        assert sequential(_gpu_config(T, 65536, False, 132))  # enough environments alone
+        assert not sequential(_gpu_config(T, 16384, False, 132))
+    one_sequence = _gpu_config(1_000_000, 1, False, 132)
+    assert (one_sequence.block_t, one_sequence.n_chunks > 1) == (512, True)
+    assert _gpu_config(2048, 4096, True, 132).block_t == 256

@@ -5,10 +5,11 @@ autotuning on the user's first call:
 
 * inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps (512
   for one very long sequence);
-* inputs contiguous along environments (``[T, N]``): by ``T`` — one step at a time for
-  ``T <= 8``, 16-step tiles for ``T <= 16``, stripes of 4 steps up to ``T = 128``, and
-  ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
-  beyond;
+* inputs contiguous along environments (``[T, N]``): one step at a time (128 environments
+  per program) for ``T <= 8`` and wherever that alone makes three programs per SM
+  (``N >= 50688`` on an H200); otherwise by ``T``: 16-step tiles for ``T <= 16``, stripes
+  of 4 steps up to ``T = 128``, and ``scan_kernel`` with narrow environment blocks (16, so
+  more programs are in flight) beyond;
 * too few environments to fill the GPU and ``T >= 1024``: time is also split into
   chunks run by separate programs, in two launches (reduce the chunks, then fold and emit);
 * ``exact``: the stripe kernel with one step per stripe (a plain sequential loop) and
@@ -116,9 +117,11 @@ def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int) -> Config:
         cfg = Config("scan", 1, 4, block_t=512)
     elif time_contiguous or B == 1:
         cfg = Config("scan", min(4, _pow2(B)), 4, block_t=min(256, _pow2(T)))
-    elif T <= 8:
+    elif T <= 8 or math.ceil(B / 128) >= 3 * n_sm:
         # one step per stripe, 128 environments per program: the sequential layout, which beat
-        # 8-step stripes at 65536 x 8 for 7 of the 8 ops (docs/benchmarks.md)
+        # 8-step stripes at 65536 x 8 for 7 of the 8 ops, and the tiles and stripes below at
+        # 65536 x {16, 128, 512, 2048} (GAE; docs/benchmarks.md): with a few programs per SM
+        # there is parallelism enough across environments alone
         cfg = Config("stripe", min(128, _pow2(B)), 4 if B >= 128 else 1)
     elif T <= 16:
         cfg = Config("scan", min(64, _pow2(B)), 2, block_t=16)
