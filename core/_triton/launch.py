@@ -7,7 +7,7 @@ autotuning on the user's first call:
   for one very long sequence);
 * inputs contiguous along environments (``[T, N]``): one step at a time (128 environments
   per program) for ``T <= 8`` and wherever that alone makes three programs per SM
-  (``N >= 50688`` on an H200); otherwise by ``T``: 16-step tiles for ``T <= 16``, stripes
+  (``N >= 50561`` on an H200); otherwise by ``T``: 16-step tiles for ``T <= 16``, stripes
   of 4 steps up to ``T = 128``, and ``scan_kernel`` with narrow environment blocks (16, so
   more programs are in flight) beyond;
 * too few environments to fill the GPU and ``T >= 1024``: time is also split into
