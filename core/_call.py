@@ -306,7 +306,7 @@ class Call:
             return self.finish(outs)
         outs = self.new_outputs(op.n_out)
         runner = self.compute(op, tensors, scalars, outs, exact)
-        _fast.record(self, op, tensors, scalars, outs, runner)
+        _fast.record(self, tensors, scalars, outs, runner)
         return self.finish(outs)
 
     def path(self) -> str:

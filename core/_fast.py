@@ -43,7 +43,7 @@ def _value_key(v):
     raise _Uncacheable
 
 
-def record(call, op, tensors: tuple, scalars: tuple, outs: tuple, runner) -> None:
+def record(call, tensors: tuple, scalars: tuple, outs: tuple, runner) -> None:
     """Note what a checked call ran (``Call.run`` calls this after filling fresh outputs)."""
     log = getattr(_local, "log", None)
     if log is not None:
