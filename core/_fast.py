@@ -71,13 +71,15 @@ class _Entry:
 
 
 def _source(t, arguments: tuple) -> int:
-    """Where tensor ``t`` sits among the arguments (the last place, ``None``, for ``None``)."""
+    """Where tensor ``t`` sits among the arguments (the last place, ``None``, for ``None``).
+    A tensor passed as two arguments makes the call uncacheable: which argument it stood for
+    would be a guess on the next call."""
     if t is None:
         return len(arguments) - 1
-    for i, a in enumerate(arguments):
-        if a is t:
-            return i
-    raise _Uncacheable
+    places = [i for i, a in enumerate(arguments) if a is t]
+    if len(places) != 1:
+        raise _Uncacheable
+    return places[0]
 
 
 def _entry(log, arguments: tuple, result):
