@@ -33,17 +33,21 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps exot
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _view3(t: torch.Tensor, layout, kind: str, compute_dtype: torch.dtype) -> np.ndarray:
-    """``[T, Bh, Bl]`` (``[1, Bh, Bl]`` for per-environment values, ``[T, Bh, Bl, A]`` for
-    action tables)."""
+def _geometry(t: torch.Tensor, layout, kind: str) -> tuple:
+    """``(shape, strides)`` of ``t`` seen as ``[T, Bh, Bl]`` (``[1, Bh, Bl]`` for
+    per-environment values, ``[T, Bh, Bl, A]`` for action tables)."""
     from ._call import kernel_strides
 
-    Bh = layout.B // layout.B_lo
     s = kernel_strides(layout, t, kind)
-    shape = (1 if kind == "batch" else layout.T, Bh, layout.B_lo)
+    shape = (1 if kind == "batch" else layout.T, layout.B // layout.B_lo, layout.B_lo)
     if kind == "table":
         shape, s = shape + (t.shape[-1],), s[:4]
-    v = t.detach().as_strided(shape, tuple(s), t.storage_offset())
+    return shape, tuple(s)
+
+
+def _array(t: torch.Tensor, geometry: tuple, kind: str, compute_dtype: torch.dtype) -> np.ndarray:
+    """The numpy view of ``t`` that the loop reads (a converted copy for types numba cannot read)."""
+    v = t.detach().as_strided(*geometry, t.storage_offset())
     if v.dtype == torch.bool:
         return v.numpy().view(np.uint8)
     if kind == "flag" and v.dtype not in (torch.uint8, torch.float32, torch.float64):
@@ -56,24 +60,27 @@ def _view3(t: torch.Tensor, layout, kind: str, compute_dtype: torch.dtype) -> np
 
 
 def cpu_runner(op, layout, compute_dtype):
-    """``runner(tensors, outs, scalars)``: the CPU loop of ``op`` for tensors laid out as ``layout``."""
+    """``runner(tensors, outs, scalars)``: the CPU loop of ``op`` for tensors laid out as ``layout``.
+
+    A runner serves one call signature (shapes, strides, dtypes), so the views' geometry is
+    worked out on its first call and kept."""
+    geometry = []
 
     def runner(tensors, outs, scalars):
-        run_cpu(op, layout, tensors, scalars, outs, compute_dtype)
+        if not HAVE_NUMBA:
+            warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=2)
+        # outputs not in the compute dtype are computed in a buffer of it, then copied
+        work = [o if o is None or o.dtype == compute_dtype else torch.empty_like(o, dtype=compute_dtype) for o in outs]
+        if not geometry:
+            geometry.append([None if t is None else _geometry(t, layout, k) for t, k in zip(tensors, op.kinds)])
+            geometry.append([None if w is None else _geometry(w, layout, "series") for w in work])
+        ins_geometry, work_geometry = geometry
+        arrays = [None if t is None else _array(t, g, k, compute_dtype)
+                  for t, g, k in zip(tensors, ins_geometry, op.kinds)]
+        views = [None if w is None else _array(w, g, "series", compute_dtype) for w, g in zip(work, work_geometry)]
+        op.cpu(layout, arrays, scalars, views, _NUMPY_DTYPE[compute_dtype])
+        for o, w in zip(outs, work):
+            if o is not w:
+                o.copy_(w)
 
     return runner
-
-
-def run_cpu(op, layout, tensors, scalars, outs, compute_dtype) -> None:
-    """Run ``op.cpu`` on ``[T, Bh, Bl]`` views and write into ``outs``."""
-    if not HAVE_NUMBA:
-        warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=3)
-    arrays = [
-        None if t is None else _view3(t, layout, k, compute_dtype) for t, k in zip(tensors, op.kinds)
-    ]
-    work = [o if o is None or o.dtype == compute_dtype else torch.empty_like(o, dtype=compute_dtype) for o in outs]
-    views = [None if w is None else _view3(w, layout, "series", compute_dtype) for w in work]
-    op.cpu(layout, arrays, scalars, views, _NUMPY_DTYPE[compute_dtype])
-    for o, w in zip(outs, work):
-        if o is not w:
-            o.copy_(w)

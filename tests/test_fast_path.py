@@ -114,3 +114,15 @@ def test_one_tensor_passed_twice_is_never_replayed(path):
     other = make_problem("gae", (6, 3), device=path.device, values="next", seed=11)
     assert_matches_reference(other)  # same signature, distinct tensors: must read next_values
     assert _replayed_entries() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_replay_keeps_dtype_and_layout(path, dtype, layout):
+    """Half-precision outputs (computed in a float32 buffer on the CPU path) and transposed
+    inputs, replayed on new data."""
+    _fast._CACHE.clear()
+    for seed in (12, 13, 14):
+        assert_matches_reference(make_problem("td_lambda", (7, 3), device=path.device, dtype=dtype, layout=layout,
+                                              seed=seed))
+    assert _replayed_entries() == 1

@@ -5,7 +5,7 @@ from ..._cpu import njit
 
 
 @njit
-def retrace_loop(r, q, e, log_rho, e_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda,
+def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda,
                  c_clip, one, q_ret, adv):
     T, Bh, Bl = r.shape
     zero = one - one
@@ -39,7 +39,7 @@ def retrace_loop(r, q, e, log_rho, e_next, boot, term, trunc, gammas, lmbdas, ga
                     lam = lmbdas[t, i, j]
                     gl = g * lam
                 if t < T - 1:
-                    c_ahead = min(np.exp(log_rho[t + 1, i, j]), c_clip)
+                    c_ahead = min(rhos[t + 1, i, j], c_clip)
                     q_ahead = q[t + 1, i, j]
                     last = q_ret[t + 1, i, j]
                 else:
@@ -56,7 +56,9 @@ def retrace_loop(r, q, e, log_rho, e_next, boot, term, trunc, gammas, lmbdas, ga
 def run(layout, arrays, scalars, outs, dtype):
     r, q, e, log_rho, ne, boot, term, trunc, g, lam = arrays
     gamma, lmbda, gamma_lmbda, c_clip = scalars
-    retrace_loop(r, q, e, log_rho, ne, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda),
+    with np.errstate(over="ignore"):  # a huge log-ratio is an infinite ratio, as in the kernels
+        rhos = np.exp(log_rho)  # vectorised here: numba's scalar exp is the loop's slowest step
+    retrace_loop(r, q, e, rhos, ne, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda),
                  dtype(c_clip), dtype(1), *outs)
 
 

@@ -5,7 +5,7 @@ from ..._cpu import njit
 
 
 @njit
-def vtrace_loop(r, v, log_rho, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda,
+def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda,
                 rho_clip, c_clip, pg_rho_clip, one, vs, pg):
     T, Bh, Bl = r.shape
     zero = one - one
@@ -38,7 +38,7 @@ def vtrace_loop(r, v, log_rho, v_next, boot, term, trunc, gammas, lmbdas, gamma,
                 lam = lmbda
                 if lmbdas is not None:
                     lam = lmbdas[t, i, j]
-                rho = np.exp(log_rho[t, i, j])
+                rho = rhos[t, i, j]
                 rho_bar = min(rho, rho_clip)
                 c = lam * min(rho, c_clip)
                 delta = rho_bar * (r[t, i, j] + g * vn * nu - v[t, i, j])
@@ -53,5 +53,7 @@ def vtrace_loop(r, v, log_rho, v_next, boot, term, trunc, gammas, lmbdas, gamma,
 def run(layout, arrays, scalars, outs, dtype):
     r, v, log_rho, nv, boot, term, trunc, g, lam = arrays
     gamma, lmbda, rho_clip, c_clip, pg_rho_clip = scalars
-    vtrace_loop(r, v, log_rho, nv, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda),
+    with np.errstate(over="ignore"):  # a huge log-ratio is an infinite ratio, as in the kernels
+        rhos = np.exp(log_rho)  # vectorised here: numba's scalar exp is the loop's slowest step
+    vtrace_loop(r, v, rhos, nv, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda),
                 dtype(rho_clip), dtype(c_clip), dtype(pg_rho_clip), dtype(1), *outs)
