@@ -1,6 +1,7 @@
-"""The fused backward kernels (every op but ``retrace_from_q``; the linear scan's is its
-adjoint scan) on the Triton path: every kernel path and layout, every source of the value
-after a step, per-step and scalar γ/λ, the clips, gradients of some outputs only. The expected gradients come from the CPU path, which
+"""The fused backward kernels (every op; the linear scan's is its adjoint scan) on the
+Triton path: every kernel path and layout, every source of the value after a step,
+per-step and scalar γ/λ, the clips, gradients of some outputs only, and
+``retrace_from_q``'s table. The expected gradients come from the CPU path, which
 differentiates the ops' torch forms (gradchecked in float64 in test_gradients.py)."""
 import pytest
 import torch
@@ -133,3 +134,57 @@ def test_clips(op, clips):
     """Each clip's subgradient (``torch.clamp``'s: it passes where ``ρ ≤ clip``), and no clip."""
     _assert_same_gradients(_problem(op, seed=13, clips=clips))
     _assert_same_gradients(_problem(op, "next", seed=14, clips=clips))
+
+
+def _table_problem(shape, time_dim, seed, values):
+    """A float64 ``retrace_from_q`` problem: ``(leaves, run)`` where ``run(**leaves)`` calls the op."""
+    gen = torch.Generator().manual_seed(seed)
+    A = 5
+    full = tuple(shape)
+    leaves = dict(
+        rewards=torch.randn(full, generator=gen, dtype=torch.float64),
+        q_values=torch.randn(full + (A,), generator=gen, dtype=torch.float64),
+        target_probs=torch.softmax(torch.randn(full + (A,), generator=gen, dtype=torch.float64), -1),
+        behaviour_log_probs=torch.log(torch.rand(full, generator=gen, dtype=torch.float64) * 0.8 + 0.1),
+        gamma=0.2 + 0.7 * torch.rand(full, generator=gen, dtype=torch.float64),
+        lmbda=0.2 + 0.7 * torch.rand(full, generator=gen, dtype=torch.float64),
+    )
+    batch = full[:time_dim] + full[time_dim + 1:]
+    if values == "next":
+        leaves["next_expected_q"] = torch.randn(full, generator=gen, dtype=torch.float64)
+    else:
+        leaves["bootstrap_value"] = torch.randn(batch, generator=gen, dtype=torch.float64)
+    fixed = dict(actions=torch.randint(0, A, full, generator=gen), terminated=torch.rand(full, generator=gen) < 0.2,
+                 time_dim=time_dim, c_clip=1.1)
+    if values == "next":
+        fixed["truncated"] = torch.rand(full, generator=gen) < 0.2
+
+    def run(**given):
+        args = {**fixed, **given}
+        return rlscan.retrace_from_q(args.pop("rewards"), args.pop("q_values"), args.pop("actions"),
+                                     args.pop("target_probs"), args.pop("behaviour_log_probs"), **args)
+
+    return leaves, run
+
+
+@pytest.mark.parametrize("config", ["scan-tiles", "stripe", "scan-chunks"])
+@pytest.mark.parametrize("values", ["bootstrap", "next"])
+@pytest.mark.parametrize("layout", [dict(shape=(11, 3), time_dim=0), dict(shape=(3, 11), time_dim=1)],
+                         ids=["time-first", "time-last"])
+def test_retrace_from_q(config, values, layout):
+    """Retrace's fused backward, then the table's gradients by the chain rule, against the
+    CPU path's torch form (gradients of Q, π, log μ, r, the value after the window, γ, λ)."""
+    leaves, run = _table_problem(layout["shape"], layout["time_dim"], seed=len(config) + len(values), values=values)
+    device = path_for("triton").device
+    results = {}
+    for backend, where in (("triton", device), ("cpu", torch.device("cpu"))):
+        with rlscan.use_backend(backend):
+            mine = {k: v.to(where).clone().requires_grad_() for k, v in leaves.items()}
+            with forced_config(**KERNEL_CONFIGS[config]):
+                outs = run(**mine)
+            weights = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype, device=o.device).reshape(o.shape) for o in outs]
+            results[backend] = dict(zip(mine, torch.autograd.grad(outs, list(mine.values()), weights)))
+            if backend == "triton":
+                assert outs[0].grad_fn.name() == "_FusedFunctionBackward"
+    for name, grad in results["triton"].items():
+        assert_close(grad.cpu(), results["cpu"][name], torch.float64, name)

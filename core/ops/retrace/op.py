@@ -170,6 +170,36 @@ def _table_differentiable(call, r, q_values, probs, actions, mu, ne, boot, term,
     return retrace_form(call, r, q, e, rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip)
 
 
+def _table_backward(call, tensors, scalars, outs, grads, needs):
+    """Retrace's fused backward on ``q_t``, ``E_t`` and ``log ρ_t`` recomputed from the table,
+    then their gradients spread over the table::
+
+        ∂L/∂Q[t, a] = π[t, a] ∂L/∂E_t + [a = a_t] ∂L/∂q_t
+        ∂L/∂π[t, a] = Q[t, a] ∂L/∂E_t + [a = a_t] ∂L/∂log ρ_t / π[t, a_t]
+        ∂L/∂log μ_t = −∂L/∂log ρ_t
+    """
+    r, q_values, probs, actions, mu, ne, boot, term, trunc, g_t, l_t = tensors
+    need_r, need_qv, need_probs, _, need_mu, need_ne, need_boot, _, _, need_g, need_l = needs
+    qv, pr = (x.to(call.compute_dtype) for x in (q_values, probs))
+    index = actions.long().clamp(0, q_values.shape[-1] - 1).unsqueeze(-1)  # out of range: NaN outputs already
+    q = qv.gather(-1, index).squeeze(-1)
+    p_taken = pr.gather(-1, index).squeeze(-1)
+    e = (qv * pr).sum(-1)
+    log_rho = torch.log(p_taken) - mu.to(call.compute_dtype)
+    step_needs = (need_r, need_qv, need_qv or need_probs, need_probs or need_mu, need_ne, need_boot, False, False,
+                  need_g, need_l)
+    g_r, g_q, g_e, g_rho, g_ne, g_boot, _, _, g_g, g_l = _backward(
+        call, (r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t), scalars, outs, grads, step_needs)
+    g_qv = g_probs = g_mu = None
+    if need_qv:
+        g_qv = (g_e.unsqueeze(-1) * pr).scatter_add_(-1, index, g_q.unsqueeze(-1)).to(q_values.dtype)
+    if need_probs:
+        g_probs = (g_e.unsqueeze(-1) * qv).scatter_add_(-1, index, (g_rho / p_taken).unsqueeze(-1)).to(probs.dtype)
+    if need_mu:
+        g_mu = (-g_rho).to(mu.dtype)
+    return g_r, g_qv, g_probs, None, g_mu, g_ne, g_boot, None, None, g_g, g_l
+
+
 TABLE_OP = OpSpec(
     name="retrace_from_q",
     inputs=(("rewards", "series"), ("q_values", "table"), ("target_probs", "table"), ("actions", "index"),
@@ -179,6 +209,7 @@ TABLE_OP = OpSpec(
     kernel=_table_kernel,
     cpu=_table_cpu,
     differentiable=_table_differentiable,
+    backward=_table_backward,
 )
 register_fused(TABLE_OP)
 
