@@ -65,6 +65,15 @@ def load(P, s, tile, ACC: tl.constexpr):
 
 
 @triton.jit
+def load_or_zero(P, s, tile, ACC: tl.constexpr):
+    """The tile of a series, or zeros where ``P`` is None (an output's gradient autograd left out)."""
+    if P is None:
+        return tl.zeros(tile[3].shape, ACC)
+    else:
+        return load(P, s, tile, ACC)
+
+
+@triton.jit
 def load_shifted(P, s, tile, shift: tl.constexpr, T, ACC: tl.constexpr):
     """The series at ``t + shift``, 0 where that falls outside ``[0, T)``."""
     t = tile[0] + shift

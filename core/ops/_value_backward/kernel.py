@@ -25,7 +25,7 @@ gradient, or at ``T − 1`` only into a full-shape buffer whose last step is the
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, load_shifted, offsets, scalar, step_terms, store, value_after
+from ..._triton.engine import load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after
 
 
 @triton.jit
@@ -48,14 +48,8 @@ def _step(ins, s, scalars, tile, T, SHIFT: tl.constexpr, IS_GAE: tl.constexpr, A
 def _coeffs(ins, s, scalars, tile, T, IS_GAE: tl.constexpr, ACC: tl.constexpr):
     G, G_RET, V, NV, BOOT, TERM, TRUNC, GAMMA, LMBDA, A = ins
     zero = tl.zeros(tile[3].shape, ACC)
-    if G is None:
-        g = zero
-    else:
-        g = load(G, s[0], tile, ACC)
-    if G_RET is None:
-        g_ret = zero
-    else:
-        g_ret = load(G_RET, s[1], tile, ACC)
+    g = load_or_zero(G, s[0], tile, ACC)
+    g_ret = load_or_zero(G_RET, s[1], tile, ACC)
     gamma, lmbda, nu, kappa, w, _ = _step(ins, s, scalars, tile, T, 0, IS_GAE, ACC)
     gamma_p, _, nu_p, _, w_p, beta_p = _step(ins, s, scalars, tile, T, -1, IS_GAE, ACC)
     if NV is None:

@@ -3,7 +3,8 @@ import triton
 import triton.language as tl
 
 from ..._triton.engine import (
-    load, load_batch, load_coef, load_flag, load_shifted, offsets, scalar, step_terms, store, value_after,
+    load, load_batch, load_coef, load_flag, load_or_zero, load_shifted, offsets, scalar, step_terms, store,
+    value_after,
 )
 
 
@@ -128,14 +129,8 @@ def backward_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """Inputs ``(G_Q, G_ADV, Q, E, LOG_RHO, NE, BOOT, TERM, TRUNC, GAMMA, LMBDA, QRET)``."""
     G_Q, G_ADV, Q, E, LOG_RHO, NE, BOOT, TERM, TRUNC, GAMMA, LMBDA, QRET = ins
     zero = tl.zeros(tile[3].shape, ACC)
-    if G_Q is None:
-        g = zero
-    else:
-        g = load(G_Q, s[0], tile, ACC)
-    if G_ADV is None:
-        g_adv = zero
-    else:
-        g_adv = load(G_ADV, s[1], tile, ACC)
+    g = load_or_zero(G_Q, s[0], tile, ACC)
+    g_adv = load_or_zero(G_ADV, s[1], tile, ACC)
     gamma, lmbda, nu, kappa, c_ahead, _, _ = _backward_step(ins, s, scalars, tile, T, 0, ACC)
     gamma_p, _, nu_p, _, _, glk_p, beta_p = _backward_step(ins, s, scalars, tile, T, -1, ACC)
     if NE is None:

@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 from ..._triton.engine import (
-    load, load_coef, load_flag, load_shifted, offsets, scalar, step_terms, store, value_after,
+    load, load_coef, load_flag, load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after,
 )
 
 
@@ -87,10 +87,7 @@ def backward_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     G_VS, G_PG, R, V, LOG_RHO, NV, BOOT, TERM, TRUNC, GAMMA, LMBDA, VS = ins
     rho, nu, kappa, gamma, lmbda, c_hat, p, g_pg = _backward_step(ins, s, scalars, tile, T, 0, ACC)
     rho_p, nu_p, kappa_p, gamma_p, lmbda_p, c_hat_p, p_p, g_pg_p = _backward_step(ins, s, scalars, tile, T, -1, ACC)
-    if G_VS is None:
-        g_vs = tl.zeros(tile[3].shape, ACC)
-    else:
-        g_vs = load(G_VS, s[0], tile, ACC)
+    g_vs = load_or_zero(G_VS, s[0], tile, ACC)
     w_p = p_p * g_pg_p
     rho_bar_p = tl.minimum(rho_p, scalar(scalars[2], ACC), propagate_nan=tl.PropagateNan.ALL)
     if NV is None:  # V'_{t-1} = V_t: step t-1 reads V_t through δ and v̂
