@@ -166,8 +166,8 @@ class Call:
         check_shape(name, x, self.shape, self.anchor_name)
         if x.device.type == "cpu" and not _compiling():
             self.checked_values = True
-        if x.device.type == "cpu" and not _compiling() and x.numel() and not bool(((x >= 0) & (x < n_actions)).all()):
-            raise ValueError(f"{name} must lie in [0, {n_actions}) (the number of actions)")
+            if x.numel() and not bool(((x >= 0) & (x < n_actions)).all()):
+                raise ValueError(f"{name} must lie in [0, {n_actions}) (the number of actions)")
         return x
 
     def flags(self, name: str, x) -> Optional[torch.Tensor]:
@@ -210,8 +210,8 @@ class Call:
             ) from None
         if x.device.type == "cpu" and not _compiling():
             self.checked_values = True
-        if x.device.type == "cpu" and not _compiling() and x.numel() and not bool(((x >= 0) & (x <= 1)).all()):
-            raise ValueError(f"{name} must lie in [0, 1] (and not be NaN) at every step")
+            if x.numel() and not bool(((x >= 0) & (x <= 1)).all()):
+                raise ValueError(f"{name} must lie in [0, 1] (and not be NaN) at every step")
         return Coef(0.0, x)
 
     # -- results -----------------------------------------------------------------------
@@ -319,7 +319,8 @@ class Call:
         Returns the runner it used, ``runner(tensors, outs, scalars)``, which any call with
         the same signature (shapes, strides, dtypes, alignment, options) may reuse; ``None``
         when the call was split into several."""
-        runner = self.runner(op, tensors, outs, exact, path or self.path())
+        path = path or self.path()
+        runner = self.runner(op, tensors, outs, exact, path)
         if runner is None:
             self._split(op, tensors, scalars, outs, exact, path)
         else:
@@ -379,8 +380,7 @@ class Call:
                 None if t is None else t.select(db if b else d, i) for t, b in zip(tensors, op.batch_mask)
             )
             sub.anchor = self.anchor.select(d, i)
-            sub.compute(op, picked, scalars, tuple(None if o is None else o.select(d, i) for o in outs), exact,
-                        path or self.path())
+            sub.compute(op, picked, scalars, tuple(None if o is None else o.select(d, i) for o in outs), exact, path)
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
