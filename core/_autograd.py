@@ -52,6 +52,20 @@ def gradient_buffers(call, inputs: tuple, needs: tuple) -> tuple:
                  for x, need in zip(inputs, needs))
 
 
+def value_after_source(next_values, bootstrap, need_next: bool, need_boot: bool) -> tuple:
+    """``(input, whether it needs a gradient)`` for the value after each step: ``next_values``
+    when given, else ``bootstrap_value`` (whose gradient a backward kernel writes into the last
+    step of a full buffer, see :func:`gradient_buffers`)."""
+    return (next_values, need_next) if next_values is not None else (bootstrap, need_boot)
+
+
+def split_value_after(call, grad, next_values) -> tuple:
+    """``(∂next_values, ∂bootstrap_value)`` from the gradient buffer of the value after each step."""
+    if grad is None or next_values is not None:
+        return grad, None
+    return None, grad.select(call.time_dim, -1)
+
+
 def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> None:
     """Run a fused backward kernel (an :class:`OpSpec` whose outputs are gradients) on the Triton path."""
     call.compute(spec, tensors, scalars, outs, False, path="triton")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 
-from ..._autograd import backward_spec, gradient_buffers, run_backward
+from ..._autograd import (
+    backward_spec, gradient_buffers, run_backward, split_value_after, value_after_source,
+)
 from ..._call import OpSpec
 
 
@@ -39,12 +41,10 @@ def run(spec: OpSpec, call, inputs: tuple, scalars: tuple, state, grads: tuple, 
     ∂L/∂returns)`` and the forward scan state ``A``; ``scalars = (γ, λ, γλ)``."""
     r, v, nv, boot, term, trunc, gamma, lmbda = inputs
     need_r, need_v, need_nv, need_boot, _, _, need_gamma, need_lmbda = needs
-    value_after = nv if nv is not None else boot
+    after, need_after = value_after_source(nv, boot, need_nv, need_boot)
     g_r, g_v, g_vn, g_gamma, g_lmbda = gradient_buffers(
-        call, (r, v, value_after, gamma, lmbda),
-        (need_r, need_v, need_nv if nv is not None else need_boot, need_gamma, need_lmbda))
+        call, (r, v, after, gamma, lmbda), (need_r, need_v, need_after, need_gamma, need_lmbda))
     tensors = (grads[0], grads[1], v, nv, boot, term, trunc, gamma, lmbda, state)
     run_backward(spec, call, tensors, scalars, (g_r, g_v, g_vn, g_gamma, g_lmbda))
-    g_nv = g_vn if nv is not None else None
-    g_boot = g_vn.select(call.time_dim, -1) if nv is None and g_vn is not None else None
+    g_nv, g_boot = split_value_after(call, g_vn, nv)
     return (g_r, g_v, g_nv, g_boot, None, None, g_gamma, g_lmbda)

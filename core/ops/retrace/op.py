@@ -7,7 +7,9 @@ import torch
 
 from ..._fast import fast_path
 from ..._call import Call, OpSpec
-from ..._autograd import backward_spec, gradient_buffers, run_backward
+from ..._autograd import (
+    backward_spec, gradient_buffers, run_backward, split_value_after, value_after_source,
+)
 from ..._library import register_fused
 from ..._inputs import check_clip
 from .. import _forms
@@ -78,14 +80,13 @@ def _backward(call, tensors, scalars, outs, grads, needs):
     """One fused scan forward in time (``kernel.backward_coeffs``)."""
     r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t = tensors
     need_r, need_q, need_e, need_rho, need_ne, need_boot, _, _, need_g, need_l = needs
-    expected_after = ne if ne is not None else boot
-    need_after = need_ne if ne is not None else need_boot
+    after, need_after = value_after_source(ne, boot, need_ne, need_boot)
     g_r, g_q, g_e, g_rho, g_en, g_g, g_l = gradient_buffers(
-        call, (r, q, e, log_rho, expected_after, g_t, l_t), (need_r, need_q, need_e, need_rho, need_after, need_g, need_l))
+        call, (r, q, e, log_rho, after, g_t, l_t), (need_r, need_q, need_e, need_rho, need_after, need_g, need_l))
     run_backward(BACKWARD, call, (grads[0], grads[1], q, e, log_rho, ne, boot, term, trunc, g_t, l_t, outs[0]),
                  scalars, (g_r, g_q, g_e, g_rho, g_en, g_g, g_l))
-    g_boot = g_en.select(call.time_dim, -1) if ne is None and g_en is not None else None
-    return g_r, g_q, g_e, g_rho, g_en if ne is not None else None, g_boot, None, None, g_g, g_l
+    g_ne, g_boot = split_value_after(call, g_en, ne)
+    return g_r, g_q, g_e, g_rho, g_ne, g_boot, None, None, g_g, g_l
 
 
 OP = OpSpec(

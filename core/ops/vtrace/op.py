@@ -7,7 +7,9 @@ import torch
 
 from ..._fast import fast_path
 from ..._call import Call, OpSpec
-from ..._autograd import backward_spec, gradient_buffers, run_backward
+from ..._autograd import (
+    backward_spec, gradient_buffers, run_backward, split_value_after, value_after_source,
+)
 from ..._library import register_fused
 from ..._inputs import check_clip
 from .. import _forms
@@ -64,14 +66,13 @@ def _backward(call, tensors, scalars, outs, grads, needs):
     """One fused scan forward in time (``kernel.backward_coeffs``)."""
     r, v, log_rho, nv, boot, term, trunc, g_t, l_t = tensors
     need_r, need_v, need_rho, need_nv, need_boot, _, _, need_g, need_l = needs
-    value_after = nv if nv is not None else boot
-    need_after = need_nv if nv is not None else need_boot
+    after, need_after = value_after_source(nv, boot, need_nv, need_boot)
     g_r, g_v, g_rho, g_vn, g_g, g_l = gradient_buffers(
-        call, (r, v, log_rho, value_after, g_t, l_t), (need_r, need_v, need_rho, need_after, need_g, need_l))
+        call, (r, v, log_rho, after, g_t, l_t), (need_r, need_v, need_rho, need_after, need_g, need_l))
     run_backward(BACKWARD, call, (grads[0], grads[1], r, v, log_rho, nv, boot, term, trunc, g_t, l_t, outs[0]),
                  scalars, (g_r, g_v, g_rho, g_vn, g_g, g_l))
-    g_boot = g_vn.select(call.time_dim, -1) if nv is None and g_vn is not None else None
-    return g_r, g_v, g_rho, g_vn if nv is not None else None, g_boot, None, None, g_g, g_l
+    g_nv, g_boot = split_value_after(call, g_vn, nv)
+    return g_r, g_v, g_rho, g_nv, g_boot, None, None, g_g, g_l
 
 
 OP = OpSpec(
