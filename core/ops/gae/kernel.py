@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, load_coef, load_flag, scalar, store, value_after
+from ..._triton.engine import load, scalar, step_terms, store, value_after
 
 
 @triton.jit
@@ -12,15 +12,11 @@ def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     r = load(R, s[0], tile, ACC)
     v = load(V, s[1], tile, ACC)
     v_next = value_after(V, s[1], NV, s[2], BOOT, s[3], tile, T, ACC)
-    term = load_flag(TERM, s[4], tile, 0, T)
-    done = term | load_flag(TRUNC, s[5], tile, 0, T)
-    nu = (~term).to(ACC)
-    kappa = ((~done) & (tile[0] < T - 1)).to(ACC)
-    gamma = load_coef(GAMMA, s[6], tile, scalars[0], 0, T, ACC)
+    nu, kappa, gamma, lmbda = step_terms(TERM, s[4], TRUNC, s[5], GAMMA, s[6], LMBDA, s[7], scalars, tile, 0, T, ACC)
     if GAMMA is None and LMBDA is None:
         gamma_lmbda = scalar(scalars[2], ACC)  # γλ rounded once from float64, as Python computes it
     else:
-        gamma_lmbda = gamma * load_coef(LMBDA, s[7], tile, scalars[1], 0, T, ACC)
+        gamma_lmbda = gamma * lmbda
     delta = r + gamma * v_next * nu - v
     return delta, gamma_lmbda * kappa, (v,)
 

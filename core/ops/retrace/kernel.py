@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 from ..._triton.engine import (
-    load, load_batch, load_coef, load_flag, load_or_zero, load_shifted, offsets, scalar, step_terms, store,
+    load, load_batch, load_or_zero, load_shifted, offsets, scalar, step_terms, store,
     value_after,
 )
 
@@ -13,15 +13,11 @@ def trace_coeffs(r, e, e_next, q_ahead, rho_ahead, tile, s_term, s_trunc, TERM, 
                  scalars, T, ACC: tl.constexpr):
     """``α_t = r_t + γ_t ν_t E'_t − γ_t λ_t κ_t c_{t+1} q_{t+1}``, ``β_t = γ_t λ_t κ_t c_{t+1}``,
     from the per-step quantities (shared with the fused ``retrace_from_q`` kernel)."""
-    term = load_flag(TERM, s_term, tile, 0, T)
-    done = term | load_flag(TRUNC, s_trunc, tile, 0, T)
-    nu = (~term).to(ACC)
-    kappa = ((~done) & (tile[0] < T - 1)).to(ACC)
-    gamma = load_coef(GAMMA, s_g, tile, scalars[0], 0, T, ACC)
+    nu, kappa, gamma, lmbda = step_terms(TERM, s_term, TRUNC, s_trunc, GAMMA, s_g, LMBDA, s_l, scalars, tile, 0, T, ACC)
     if GAMMA is None and LMBDA is None:
         gamma_lmbda = scalar(scalars[2], ACC)
     else:
-        gamma_lmbda = gamma * load_coef(LMBDA, s_l, tile, scalars[1], 0, T, ACC)
+        gamma_lmbda = gamma * lmbda
     c_ahead = tl.minimum(rho_ahead, scalar(scalars[3], ACC), propagate_nan=tl.PropagateNan.ALL)
     trace = gamma_lmbda * kappa * c_ahead
     alpha = r + gamma * nu * e_next - trace * q_ahead

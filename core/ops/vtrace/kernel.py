@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 from ..._triton.engine import (
-    load, load_coef, load_flag, load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after,
+    load, load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after,
 )
 
 
@@ -20,16 +20,11 @@ def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
         v_ahead = v_next  # V_{t+1}, wherever κ_t = 1
     else:
         v_ahead = load_shifted(V, s[1], tile, 1, T, ACC)
-    term = load_flag(TERM, s[5], tile, 0, T)
-    done = term | load_flag(TRUNC, s[6], tile, 0, T)
-    nu = (~term).to(ACC)
-    kappa = (~done) & (tile[0] < T - 1)
-    gamma = load_coef(GAMMA, s[7], tile, scalars[0], 0, T, ACC)
-    lmbda = load_coef(LMBDA, s[8], tile, scalars[1], 0, T, ACC)
+    nu, kappa, gamma, lmbda = step_terms(TERM, s[5], TRUNC, s[6], GAMMA, s[7], LMBDA, s[8], scalars, tile, 0, T, ACC)
     rho_bar = tl.minimum(rho, scalar(scalars[2], ACC), propagate_nan=tl.PropagateNan.ALL)
     c = lmbda * tl.minimum(rho, scalar(scalars[3], ACC), propagate_nan=tl.PropagateNan.ALL)
     delta = rho_bar * (r + gamma * v_next * nu - v)
-    return delta, gamma * c * kappa.to(ACC), (r, v, v_next, v_ahead, rho, gamma, nu, kappa)
+    return delta, gamma * c * kappa, (r, v, v_next, v_ahead, rho, gamma, nu, kappa)
 
 
 @triton.jit
@@ -40,7 +35,7 @@ def emit(outs, s, scalars, A, A_in, keep, tile, T):
     r, v, v_next, v_ahead, rho, gamma, nu, kappa = keep
     store(VS, s, tile, v + A)
     vs_ahead = v_ahead + A_in  # vs_{t+1} = V_{t+1} + A_{t+1}
-    v_hat = tl.where(kappa, vs_ahead, v_next)
+    v_hat = tl.where(kappa != 0, vs_ahead, v_next)
     rho_pg = tl.minimum(rho, scalar(scalars[4], A.dtype), propagate_nan=tl.PropagateNan.ALL)
     store(PG, s, tile, rho_pg * (r + gamma * nu * v_hat - v))
 
