@@ -114,7 +114,7 @@ def fast_path(fn):
         arguments = args + tuple(kwargs.values()) + (None,)
         try:
             key = (fn, tuple(kwargs), tuple(map(_value_key, arguments)), _backend.get_backend(),
-                   torch.is_grad_enabled(), _launch.forced_settings())
+                   torch.is_grad_enabled(), _launch.settings_key())
         except _Uncacheable:
             return fn(*args, **kwargs)
         entry = _CACHE.get(key)

@@ -107,6 +107,12 @@ SETTINGS = [
     ("scan chunked", dict(kind="scan", block_t=16, block_b=8, num_warps=4, n_chunks=3)),
     ("stripe", dict(kind="stripe", stripes=4, steps=4, block_b=8, num_warps=1)),
     ("stripe chunked", dict(kind="stripe", stripes=2, steps=4, block_b=8, num_warps=1, n_chunks=3)),
+    ("scan pipelined", dict(kind="scan", block_t=16, block_b=8, num_warps=4, stages=3, unroll=2)),
+    ("block", dict(kind="block", stripes=4, steps=4, block_b=8, num_warps=1)),
+    ("block chunked", dict(kind="block", stripes=2, steps=8, block_b=16, num_warps=1, n_chunks=3)),
+    ("chained", dict(kind="chained", stripes=2, steps=4, block_b=8, num_warps=1)),
+    ("chained look-back", dict(kind="chained", stripes=1, steps=2, block_b=16, num_warps=1, test_lookback=True)),
+    ("stripe pipelined", dict(kind="stripe", stripes=1, steps=1, block_b=32, num_warps=1, stages=4, n_chunks=3)),
 ]
 
 

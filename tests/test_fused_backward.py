@@ -167,7 +167,7 @@ def _table_problem(shape, time_dim, seed, values):
     return leaves, run
 
 
-@pytest.mark.parametrize("config", ["scan-tiles", "stripe", "scan-chunks"])
+@pytest.mark.parametrize("config", ["scan-tiles", "stripe", "scan-chunks", "block-chunks", "chained-look-back"])
 @pytest.mark.parametrize("values", ["bootstrap", "next"])
 @pytest.mark.parametrize("layout", [dict(shape=(11, 3), time_dim=0), dict(shape=(3, 11), time_dim=1)],
                          ids=["time-first", "time-last"])

@@ -1,8 +1,12 @@
 """Every Triton kernel path, forced with small shapes (``forced_config``): the scan kernel
 over several tiles (partial last tile), the chunked two-launch path, the stripe kernel
-(partial last window), the chunked stripe kernel, and the sequential ``exact`` kernel.
+(partial last window), the chunked stripe kernel, the block kernel (chunked or not), the
+chained one-pass kernel (with its look-back made to compose published pairs), and the
+sequential ``exact`` kernel.
 Every path runs ``[T, N]``; the chunked ones also ``[N, T]`` and the two-level
 ``[B1, T, B2]`` layout (the interpreter is slow: the product of all would cost minutes)."""
+import math
+
 import pytest
 
 import rlscan
@@ -39,7 +43,7 @@ def test_forced_configs_take_effect(config):
     with forced_config(**CONFIGS[config]):
         cfg = choose_config(T, 3, time_contiguous=False, exact=False, device=path_for("triton").device)
     assert cfg.kind == CONFIGS[config]["kind"]
-    assert (cfg.n_chunks > 1) == ("n_chunks" in CONFIGS[config])
+    assert (cfg.n_chunks > 1) == ("n_chunks" in CONFIGS[config] or cfg.kind == "chained")
     assert (cfg.chunk_len * (cfg.n_chunks - 1)) < T <= cfg.chunk_len * cfg.n_chunks
 
 
@@ -52,7 +56,7 @@ def test_kernel_path(triton_path, op, config):
 
 
 @pytest.mark.parametrize("op", OP_NAMES)
-@pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks"])
+@pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back"])
 @pytest.mark.parametrize("layout", ["time-last", "two-groups"])
 def test_kernel_path_layouts(triton_path, op, config, layout):
     problem = _problem(op, layout, triton_path.device, seed=len(config) + len(layout))
@@ -84,6 +88,32 @@ def test_gpu_heuristic_by_shape():
     for T in (16, 128, 2048):
         assert sequential(_gpu_config(T, 65536, False, 132))  # enough environments alone
         assert not sequential(_gpu_config(T, 16384, False, 132))
+    for N, T in ((4096, 2048), (16384, 512), (8192, 1024)):
+        cfg = _gpu_config(T, N, False, 132, reverse=True)  # one pass, one 8-step block per program
+        assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.steps, cfg.chunk_len) == ("chained", 128, 1, 8, 8)
+        assert cfg.n_chunks == T // 8
+        for reverse, deterministic in ((False, False), (True, True)):
+            # forward scans, and any scan under torch.use_deterministic_algorithms: two launches
+            cfg = _gpu_config(T, N, False, 132, reverse=reverse, deterministic=deterministic)
+            assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.steps) == ("block", 128, 1, 4)
+            assert 1024 <= math.ceil(N / 128) * cfg.n_chunks <= 2112
+    assert _gpu_config(128, 4096, False, 132).kind == "stripe"
     one_sequence = _gpu_config(1_000_000, 1, False, 132)
     assert (one_sequence.block_t, one_sequence.n_chunks > 1) == (512, True)
     assert _gpu_config(2048, 4096, True, 132).block_t == 256
+
+
+def test_deterministic_algorithms_key_the_launch_plans():
+    """Turning torch.use_deterministic_algorithms on or off reaches the launch: plans and
+    the fast path's cached calls are keyed by it (the chained layout is not deterministic)."""
+    import torch
+
+    from rlscan._triton.launch import settings_key
+
+    before = settings_key()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert settings_key() != before
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert settings_key() == before

@@ -1,4 +1,4 @@
-"""The scan engine shared by every op: two Triton kernels, specialised per op.
+"""The scan engine shared by every op: four Triton kernels, specialised per op.
 
 An op plugs in two ``@triton.jit`` functions:
 
@@ -9,7 +9,7 @@ An op plugs in two ``@triton.jit`` functions:
   state ``A``; ``A_in`` is the state carried into each step (``A_{t+1}`` in reverse,
   ``A_{t-1}`` forward), for ops that read it.
 
-Both kernels solve ``A_t = alpha_t + beta_t * A_{t-1}`` (forward) or
+Each kernel solves ``A_t = alpha_t + beta_t * A_{t-1}`` (forward) or
 ``A_t = alpha_t + beta_t * A_{t+1}`` (``REVERSE``) for a block of environments,
 carrying the state in registers, so registers stay fixed whatever ``T`` is:
 
@@ -21,11 +21,17 @@ carrying the state in registers, so registers stay fixed whatever ``T`` is:
   state step by step. Every load is one row of environments, so it suits inputs
   that are contiguous along environments (``[T, N]``). With ``STRIPES = STEPS = 1``
   it is the sequential (``exact``) kernel.
+* ``block_kernel`` does the stripe kernel's work on ``[STEPS, STRIPES, BLOCK_B]`` blocks
+  held in registers (each input read once): loads of 4 contiguous environments make the
+  compiler keep each thread's steps in its registers, so the scan over steps needs no
+  other thread.
+* ``chained_kernel`` scans one such block per program, in a single launch, chaining the
+  blocks across time by a decoupled look-back (see its docstring).
 
-Long sequences with few environments are split into ``n_chunks`` chunks of time run by
-separate programs, in two launches: ``PHASE=1`` reduces each chunk to its composed pair
-``(a, b)``; ``PHASE=2`` folds the pairs of the chunks that precede it in scan order into
-its carry, then scans and emits. ``PHASE=0`` is the single-launch case.
+The first three can split time into ``n_chunks`` chunks run by separate programs, in two
+launches: ``PHASE=1`` reduces each chunk to its composed pair ``(a, b)``; ``PHASE=2`` folds
+the pairs of the chunks that precede it in scan order into its carry, then scans and emits.
+``PHASE=0`` is the single-launch case.
 
 A ``tile`` is the tuple ``(t, b_hi, b_lo, mask, batch_mask)``; element ``(t, b)`` of a
 tensor with strides ``s`` is at ``t*s[0] + b_hi*s[1] + b_lo*s[2]`` (see ``_inputs``).
@@ -55,7 +61,12 @@ def scalar(parts, ACC: tl.constexpr):
 
 @triton.jit
 def offsets(s, t, tile):
-    return t * s[0] + tile[1] * s[1] + tile[2] * s[2]
+    off = t * s[0] + tile[1] * s[1] + tile[2] * s[2]
+    if len(off.shape) == 3:
+        # a block_kernel block: at most 4 contiguous environments per thread, so that the
+        # compiler spreads environments and stripes across all threads and keeps steps in each
+        off = tl.max_contiguous(off, [1, 1, 4])
+    return off
 
 
 @triton.jit
@@ -192,7 +203,7 @@ def scan_kernel(
     T, B, B_lo, chunk_len, n_chunks,
     COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
     ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
-    TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr,
+    TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None, UNROLL: tl.constexpr = None,
 ):
     chunk = tl.program_id(1)
     b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
@@ -200,7 +211,7 @@ def scan_kernel(
         REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
     carry_b = tl.full([1, BLOCK_B], 1, ACC)
     n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
-    for i in range(n_tiles):
+    for i in tl.range(n_tiles, num_stages=STAGES, loop_unroll_factor=UNROLL):
         if REVERSE:
             k = n_tiles - 1 - i
         else:
@@ -231,11 +242,9 @@ def scan_kernel(
 
 
 @triton.jit
-def _program_start(INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
-                   REVERSE: tl.constexpr, PHASE: tl.constexpr, ACC: tl.constexpr, BLOCK_B: tl.constexpr,
-                   BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
-    """This program's environments, its carry into its first step, and its time range."""
-    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
+def _envs(pid_b, B, B_lo, BLOCK_B: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+    """Environment block ``pid_b``: indices ``b``, their two-level split, and the mask ``b < B``."""
+    b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
     if WIDE:
         b = b.to(tl.int64)
     if TWO_LEVEL:
@@ -244,11 +253,28 @@ def _program_start(INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chun
     else:
         b_hi = b * 0
         b_lo = b
-    mb = b < B
-    if INIT is not None and PHASE != 1:
-        carry = tl.load(INIT + b_hi * init_strides[1] + b_lo * init_strides[2], mask=mb, other=0).to(ACC)
+    return b, b_hi, b_lo, b < B
+
+
+@triton.jit
+def _initial(INIT, init_strides, b_hi, b_lo, mb, ACC: tl.constexpr, BLOCK_B: tl.constexpr):
+    """The state carried into the first step in scan order: ``INIT``, or zeros."""
+    if INIT is not None:
+        return tl.load(INIT + b_hi * init_strides[1] + b_lo * init_strides[2], mask=mb, other=0).to(ACC)
     else:
+        return tl.zeros([1, BLOCK_B], ACC)
+
+
+@triton.jit
+def _program_start(INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
+                   REVERSE: tl.constexpr, PHASE: tl.constexpr, ACC: tl.constexpr, BLOCK_B: tl.constexpr,
+                   BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+    """This program's environments, its carry into its first step, and its time range."""
+    b, b_hi, b_lo, mb = _envs(tl.program_id(0), B, B_lo, BLOCK_B, TWO_LEVEL, WIDE)
+    if PHASE == 1:
         carry = tl.zeros([1, BLOCK_B], ACC)
+    else:
+        carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
     if PHASE == 2:
         carry = _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE, BLOCK_C)
     t_lo = chunk * chunk_len
@@ -263,7 +289,8 @@ def stripe_kernel(
     T, B, B_lo, chunk_len, n_chunks,
     COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
     ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
-    BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr,
+    BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
+    UNROLL: tl.constexpr = None,
 ):
     chunk = tl.program_id(1)
     b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
@@ -275,7 +302,7 @@ def stripe_kernel(
         stripe = stripe.to(tl.int64)
     window = STRIPES * STEPS
     n_windows = tl.cdiv(t_hi - t_lo, window)
-    for i in range(n_windows):
+    for i in tl.range(n_windows, num_stages=STAGES, loop_unroll_factor=UNROLL):
         if REVERSE:
             w = n_windows - 1 - i
         else:
@@ -320,6 +347,222 @@ def stripe_kernel(
     if PHASE == 1:
         tl.store(AGG + chunk * B + b, carry, mask=mb)
         tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+
+
+@triton.jit
+def _step_edge(x, REVERSE: tl.constexpr, STEPS: tl.constexpr):
+    """Each stripe's composed value: the first step of a ``[STEPS, STRIPES, BLOCK_B]`` block
+    in reverse, the last forward, as a ``[STRIPES, BLOCK_B]`` tile."""
+    step = tl.arange(0, STEPS)[:, None, None]
+    return tl.sum(tl.where(step == (0 if REVERSE else STEPS - 1), x, 0), axis=0)
+
+
+@triton.jit
+def _carried_in_steps(A, state, REVERSE: tl.constexpr, STEPS: tl.constexpr):
+    """The state carried into each step of a block: the neighbouring step of the same stripe,
+    and ``state`` (the stripe's carried-in state) at the stripe's edge."""
+    step = tl.arange(0, STEPS)[:, None, None]
+    if STEPS == 1:
+        return A * 0 + state
+    else:
+        if REVERSE:
+            idx = tl.minimum(step + 1, STEPS - 1)
+            edge = step == STEPS - 1
+        else:
+            idx = tl.maximum(step - 1, 0)
+            edge = step == 0
+        return tl.where(edge, state, tl.gather(A, idx + tl.zeros(A.shape, tl.int32), 0))
+
+
+@triton.jit
+def _block(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
+           ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr):
+    """One ``[STEPS, STRIPES, BLOCK_B]`` block at times ``t``: its coefficients scanned along
+    steps (``a``, ``k``), what each stripe receives from the stripes before it in scan order
+    as a map ``x -> ia + ik*x`` of the block's carried-in state, and the whole block's
+    composed pair ``(out_a, out_k)``."""
+    m = (t < t_hi) & mb
+    tile = (t, b_hi, b_lo, m, mb)
+    alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
+    alpha = tl.where(m, alpha, 0)
+    beta = tl.where(m, beta, 1)
+    if STEPS == 1:
+        a = alpha
+        k = beta
+    else:
+        a, k = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
+    pa = _step_edge(a, REVERSE, STEPS)
+    pk = _step_edge(k, REVERSE, STEPS)
+    if STRIPES == 1:
+        ia = pa * 0
+        ik = pk * 0 + 1
+        out_a = pa
+        out_k = pk
+    else:
+        sa, sk = tl.associative_scan((pa, pk), 0, compose, reverse=REVERSE)
+        ia = _carried_in(sa, tl.zeros([1, BLOCK_B], ACC), REVERSE, STRIPES)
+        ik = _carried_in(sk, tl.full([1, BLOCK_B], 1, ACC), REVERSE, STRIPES)
+        out_a = _edge(sa, REVERSE, STRIPES)
+        out_k = _edge(sk, REVERSE, STRIPES)
+    return a, k, ia, ik, out_a, out_k, tile, keep
+
+
+@triton.jit
+def _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT: tl.constexpr,
+                REVERSE: tl.constexpr, STEPS: tl.constexpr):
+    """Write a block's outputs, given the state carried into it."""
+    state = tl.expand_dims(ia + ik * carry, 0)
+    A = a + k * state
+    EMIT(outs, out_strides, scalars, A, _carried_in_steps(A, state, REVERSE, STEPS), keep, tile, T)
+
+
+@triton.jit
+def _block_axes(STRIPES: tl.constexpr, STEPS: tl.constexpr, WIDE: tl.constexpr):
+    """A block's time offsets, ``stripe*STEPS + step``, as a ``[STEPS, STRIPES, 1]`` tensor."""
+    step = tl.arange(0, STEPS)[:, None, None]
+    stripe = tl.arange(0, STRIPES)[None, :, None]
+    if WIDE:
+        step = step.to(tl.int64)
+    return stripe * STEPS + step
+
+
+@triton.jit
+def block_kernel(
+    ins, in_strides, outs, out_strides, scalars,
+    INIT, init_strides, AGG,
+    T, B, B_lo, chunk_len, n_chunks,
+    COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
+    ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
+    UNROLL: tl.constexpr = None,
+):
+    """The stripe kernel's windows held in registers as ``[STEPS, STRIPES, BLOCK_B]`` blocks.
+
+    Loads run along environments, so the compiler spreads environments and stripes across
+    threads and keeps each stripe's ``STEPS`` consecutive steps inside one thread: the scan
+    over steps runs in registers, and only the stripes' composed pairs are scanned across
+    threads. Every input is read once (the stripe kernel reads each window twice).
+    """
+    chunk = tl.program_id(1)
+    b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
+        INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
+        REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
+    b_hi3, b_lo3, mb3 = tl.expand_dims(b_hi, 0), tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0)
+    carry_b = tl.full([1, BLOCK_B], 1, ACC)
+    offset = _block_axes(STRIPES, STEPS, WIDE)
+    window = STRIPES * STEPS
+    n_windows = tl.cdiv(t_hi - t_lo, window)
+    for i in tl.range(n_windows, num_stages=STAGES, loop_unroll_factor=UNROLL):
+        if REVERSE:
+            w = n_windows - 1 - i
+        else:
+            w = i
+        a, k, ia, ik, out_a, out_k, tile, keep = _block(
+            ins, in_strides, scalars, t_lo + w * window + offset, b_hi3, b_lo3, mb3, t_hi, T,
+            COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B)
+        if PHASE == 1:
+            carry_b = out_k * carry_b
+        else:
+            _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT, REVERSE, STEPS)
+        carry = out_a + out_k * carry
+
+    if PHASE == 1:
+        tl.store(AGG + chunk * B + b, carry, mask=mb)
+        tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+
+
+@triton.jit
+def _wait_for(FLAGS, i):
+    """Spin until flag ``i`` is set; its value (1: aggregate, 2: inclusive prefix)."""
+    f = tl.atomic_add(FLAGS + i, 0, sem="acquire", scope="gpu")
+    while f == 0:
+        f = tl.atomic_add(FLAGS + i, 0, sem="acquire", scope="gpu")
+    return f
+
+
+@triton.jit
+def _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexpr):
+    """The state carried into the block at scan position ``j``: walk back over the blocks
+    before it, composing their published pairs, until one has published its outgoing state.
+    Position 0 always publishes that state, so the walk ends."""
+    acc_a = tl.zeros([1, BLOCK_B], ACC)
+    acc_k = tl.full([1, BLOCK_B], 1, ACC)
+    carry = tl.zeros([1, BLOCK_B], ACC)
+    p = j - 1
+    while p >= 0:
+        f = _wait_for(FLAGS, p * n_b + pid_b)
+        if f == 2:
+            state = tl.load(AGG + (2 * n_chunks + p) * B + b, mask=mb, other=0, volatile=True)
+            carry = acc_a + acc_k * state
+            p = -1
+        else:
+            a = tl.load(AGG + p * B + b, mask=mb, other=0, volatile=True)
+            k = tl.load(AGG + (n_chunks + p) * B + b, mask=mb, other=1, volatile=True)
+            acc_a = acc_a + acc_k * a
+            acc_k = acc_k * k
+            p = p - 1
+    return carry
+
+
+@triton.jit
+def _publish(FLAGS, i, flag):
+    """Raise flag ``i`` to ``flag`` once every thread's stores before it are made (release):
+    a program that sees the flag sees those stores."""
+    tl.debug_barrier()
+    tl.atomic_xchg(FLAGS + i, flag, sem="release", scope="gpu")
+
+
+@triton.jit
+def chained_kernel(
+    ins, in_strides, outs, out_strides, scalars,
+    INIT, init_strides, AGG,
+    T, B, B_lo, chunk_len, n_chunks,
+    COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
+    ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
+    UNROLL: tl.constexpr = None, TEST_LOOKBACK: tl.constexpr = False,
+):
+    """One pass over the inputs: each program scans one ``[STEPS, STRIPES, BLOCK_B]`` block
+    (``chunk_len = STEPS * STRIPES`` steps) and is chained to the blocks before it in scan
+    order by a decoupled look-back: it publishes its composed pair, waits for the state
+    carried into it (composing its predecessors' pairs until one has published its
+    outgoing state), publishes its own outgoing state, and writes its outputs.
+
+    ``AGG`` holds rows of ``B`` values: the pairs' ``a`` (rows ``[0, n)``) and ``k``
+    (``[n, 2n)``) and the outgoing states (``[2n, 3n)``), ``n = n_chunks``, then, as int32,
+    one flag per (position, environment block) and a ticket counter, all zero at launch.
+    Programs take positions from the counter in the order they start, so a program waits
+    only on programs already running: the chain cannot deadlock.
+
+    ``TEST_LOOKBACK`` (tests only): odd positions never publish their outgoing state, so
+    the look-back must compose published pairs. (Triton's interpreter runs programs one
+    after another, where every predecessor has published its state.)
+    """
+    n_b = tl.num_programs(0)
+    FLAGS = (AGG + 3 * n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
+    ticket = tl.atomic_add(FLAGS + n_chunks * n_b, 1, sem="relaxed", scope="gpu")
+    j = ticket // n_b
+    pid_b = ticket % n_b
+    b, b_hi, b_lo, mb = _envs(pid_b, B, B_lo, BLOCK_B, TWO_LEVEL, WIDE)
+    if REVERSE:
+        t_lo = (n_chunks - 1 - j) * chunk_len
+    else:
+        t_lo = j * chunk_len
+    t_hi = tl.minimum(t_lo + chunk_len, T)
+    a, k, ia, ik, out_a, out_k, tile, keep = _block(
+        ins, in_strides, scalars, t_lo + _block_axes(STRIPES, STEPS, WIDE), tl.expand_dims(b_hi, 0),
+        tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B)
+    if j == 0:
+        carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
+    else:
+        tl.store(AGG + j * B + b, out_a, mask=mb)
+        tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
+        _publish(FLAGS, j * n_b + pid_b, 1)
+        carry = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
+    if not TEST_LOOKBACK or j % 2 == 0:
+        tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
+        _publish(FLAGS, j * n_b + pid_b, 2)
+    _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT, REVERSE, STEPS)
 
 
 @triton.jit

@@ -7,9 +7,13 @@ autotuning on the user's first call:
   for one very long sequence);
 * inputs contiguous along environments (``[T, N]``): one step at a time (128 environments
   per program) for ``T <= 8`` and wherever that alone makes three programs per SM
-  (``N >= 50561`` on an H200); otherwise by ``T``: 16-step tiles for ``T <= 16``, stripes
-  of 4 steps up to ``T = 128``, and ``scan_kernel`` with narrow environment blocks (16, so
-  more programs are in flight) beyond;
+  (``N >= 50561`` on an H200); for ``N >= 4096, T >= 512``, 128 environments per one-warp
+  program with steps kept in each thread: ``chained_kernel`` (one pass, 8-step blocks
+  chained by a decoupled look-back) for scans backward in time, ``block_kernel`` (4 steps,
+  time chunks for ~16 programs per SM, two launches) for scans forward;
+  otherwise by ``T``: 16-step tiles for ``T <= 16``, stripes of 4 steps up to ``T = 128``,
+  and ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
+  beyond;
 * too few environments to fill the GPU and ``T >= 1024``: time is also split into
   chunks run by separate programs, in two launches (reduce the chunks, then fold and emit);
 * ``exact``: the stripe kernel with one step per stripe (a plain sequential loop) and
@@ -32,7 +36,7 @@ from .._backend import interpreting
 
 
 class Config(NamedTuple):
-    kind: str  # "scan" or "stripe"
+    kind: str  # "scan", "stripe", "block" or "chained"
     block_b: int  # environments per program
     num_warps: int
     block_t: int = 1  # scan: rows of time per tile
@@ -41,6 +45,9 @@ class Config(NamedTuple):
     n_chunks: int = 1  # programs along time
     chunk_len: int = 0
     block_c: int = 1
+    stages: int = 0  # > 1: software-pipeline the loads of this many tiles (``tl.range(num_stages=)``)
+    unroll: int = 0  # > 1: unroll the loop over tiles this many times
+    test_lookback: bool = False  # chained, tests only: make the look-back compose published pairs
 
 
 def _pow2(n: int) -> int:
@@ -53,8 +60,9 @@ _forced: Optional[dict] = None
 @contextlib.contextmanager
 def forced_config(**settings):
     """Force launch settings (``kind``, ``block_t``, ``block_b``, ``stripes``, ``steps``,
-    ``n_chunks``, ``num_warps``) inside a ``with`` block. Tests use it to reach every
-    kernel path with small shapes; the benchmarks use it to compare settings."""
+    ``n_chunks``, ``num_warps``, ``stages``, ``unroll``, ``test_lookback``) inside a
+    ``with`` block. Tests use it to reach every kernel path with small shapes; the
+    benchmarks use it to compare settings."""
     global _forced
     previous, _forced = _forced, settings
     try:
@@ -66,6 +74,12 @@ def forced_config(**settings):
 def forced_settings():
     """The settings forced now (a hashable value), or ``None``."""
     return tuple(sorted(_forced.items())) if _forced else None
+
+
+def settings_key():
+    """What decides a launch besides the call's signature: the forced settings, and whether
+    ``torch.use_deterministic_algorithms`` is on (it rules out the chained layout)."""
+    return forced_settings(), torch.are_deterministic_algorithms_enabled()
 
 
 _SM_COUNT: dict = {}
@@ -83,22 +97,27 @@ def _window(cfg: Config) -> int:
 
 
 def _with_chunks(cfg: Config, T: int, n_chunks: int) -> Config:
-    """Split ``T`` into about ``n_chunks`` chunks, each a whole number of windows."""
+    """Split ``T`` into about ``n_chunks`` chunks, each a whole number of windows (for the
+    chained kernel, one window each: ``n_chunks`` is then ``⌈T / window⌉``)."""
     window = _window(cfg)
+    if cfg.kind == "chained":
+        return cfg._replace(n_chunks=math.ceil(T / window), chunk_len=window, block_c=1)
     chunk_len = math.ceil(math.ceil(T / max(1, n_chunks)) / window) * window
     n = max(1, math.ceil(T / chunk_len))
     return cfg._replace(n_chunks=n, chunk_len=chunk_len, block_c=_pow2(n))
 
 
-def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device) -> Config:
-    """Launch settings for a ``[T, B]`` problem."""
+def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device,
+                  reverse: bool = True) -> Config:
+    """Launch settings for a ``[T, B]`` problem scanned backward in time (``reverse``) or forward."""
     if exact:
         block_b = min(128, _pow2(B))
         cfg = Config("stripe", block_b, max(1, min(4, block_b // 32)), chunk_len=T)
     elif interpreting() or device.type != "cuda":
         cfg = Config("scan", min(16, _pow2(B)), 4, block_t=min(32, _pow2(T)), chunk_len=T)
     else:
-        cfg = _gpu_config(T, B, time_contiguous, _sm_count(device))
+        cfg = _gpu_config(T, B, time_contiguous, _sm_count(device), reverse,
+                          torch.are_deterministic_algorithms_enabled())
     if _forced:
         cfg = cfg._replace(**{k: v for k, v in _forced.items() if k != "n_chunks"})
         cfg = _with_chunks(cfg, T, _forced.get("n_chunks", cfg.n_chunks))
@@ -109,11 +128,12 @@ def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: to
 _MAX_CHUNK_TILE = 4096
 
 
-def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int) -> Config:
+def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool = True,
+                deterministic: bool = False) -> Config:
     """The settings that measured fastest on an H200 (docs/perf-notes.md, 2026-11-29)."""
     if B == 1 and T >= 2**18:
         # one long sequence: 512-step tiles, about 4 chunks per SM (1 x 1,000,000: 15.5 against
-        # 21.4 us with 256-step tiles; scripts/h200_long.py)
+        # 21.4 us with 256-step tiles; scripts/h200_settings.py long)
         cfg = Config("scan", 1, 4, block_t=512)
     elif time_contiguous or B == 1:
         cfg = Config("scan", min(4, _pow2(B)), 4, block_t=min(256, _pow2(T)))
@@ -123,6 +143,21 @@ def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int) -> Config:
         # 65536 x {16, 128, 512, 2048} (GAE; docs/benchmarks.md): with a few programs per SM
         # there is parallelism enough across environments alone
         cfg = Config("stripe", min(128, _pow2(B)), 4 if B >= 128 else 1)
+    elif B >= 4096 and T >= 512 and reverse and not deterministic:
+        # chained_kernel (one pass), one warp of 128 environments, 8 steps in each thread:
+        # 1.09-1.26x faster than the block kernel below for the 6 ops that scan backward in time
+        # at 4096 x 2048, and at 16384 x 512 and 8192 x 1024 (scripts/h200_settings.py chained);
+        # the two forward scans (traces, episodic sums) ran 4-5% slower with it. Its look-back
+        # composes a varying number of blocks, so last bits can vary run to run: under
+        # torch.use_deterministic_algorithms(True) the block kernel below runs instead
+        return _with_chunks(Config("chained", 128, 1, stripes=1, steps=8), T, 1)
+    elif B >= 4096 and T >= 512:
+        # block_kernel, one warp of 128 environments, 4 steps in each thread, and time chunks
+        # for ~16 programs per SM (two launches): 1.14-1.32x faster than the tiles below at
+        # 4096 x 2048, 8192 x 1024 and 16384 x 512 (scripts/h200_settings.py block_refined)
+        cfg = Config("block", 128, 1, stripes=1, steps=4)
+        b_programs = math.ceil(B / cfg.block_b)
+        return _with_chunks(cfg, T, min(32, math.ceil(16 * n_sm / b_programs)))
     elif T <= 16:
         cfg = Config("scan", min(64, _pow2(B)), 2, block_t=16)
     elif T <= 128:
@@ -191,25 +226,33 @@ class LaunchPlan:
 
     def __init__(self, spec, layout, in_strides, out_strides, init_strides, *, compute_dtype, time_contiguous,
                  exact, device, wide, init_of):
-        from .engine import scan_kernel, stripe_kernel
+        from .engine import block_kernel, chained_kernel, scan_kernel, stripe_kernel
 
         coeffs, emit, reverse = spec
         T, B = layout.T, layout.B
-        self.cfg = cfg = choose_config(T, B, time_contiguous, exact, device)
+        self.cfg = cfg = choose_config(T, B, time_contiguous, exact, device, reverse)
         self.device = device
         self.compute_dtype = compute_dtype
         self.init_of = init_of
         self.grid = (math.ceil(B / cfg.block_b), cfg.n_chunks, 1)
         self.agg_numel = 2 * cfg.n_chunks * B if cfg.n_chunks > 1 else 0
+        self.flags_at = None
+        if cfg.kind == "chained":  # pairs and outgoing states, then int32 flags and a ticket counter, zeroed
+            self.flags_at = 3 * cfg.n_chunks * B
+            n_flags = cfg.n_chunks * self.grid[0] + 1
+            self.agg_numel = self.flags_at + math.ceil(32 * n_flags / torch.finfo(compute_dtype).bits)
         kwargs = dict(
             COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(compute_dtype), BLOCK_B=cfg.block_b,
             BLOCK_C=cfg.block_c, TWO_LEVEL=layout.two_level, WIDE=wide,
+            STAGES=cfg.stages if cfg.stages > 1 else None, UNROLL=cfg.unroll if cfg.unroll > 1 else None,
         )
         if cfg.kind == "scan":
             self.fn = scan_kernel
             kwargs["BLOCK_T"] = cfg.block_t
         else:
-            self.fn = stripe_kernel
+            self.fn = dict(stripe=stripe_kernel, block=block_kernel, chained=chained_kernel)[cfg.kind]
+            if cfg.kind == "chained":
+                kwargs["TEST_LOOKBACK"] = cfg.test_lookback
             kwargs["STRIPES"] = cfg.stripes
             kwargs["STEPS"] = cfg.steps
         self.constexprs = kwargs
@@ -218,7 +261,7 @@ class LaunchPlan:
             self.options["enable_fp_fusion"] = False
         self.strides = (in_strides, out_strides, init_strides)
         self.sizes = (T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
-        self.phases = (0,) if cfg.n_chunks == 1 else (1, 2)
+        self.phases = (0,) if cfg.n_chunks == 1 or cfg.kind == "chained" else (1, 2)
         self.compiled: dict = {}  # phase -> (launcher, function, packed metadata, kernel, constexpr values)
         self._scalars, self._parts = None, ()
 
@@ -228,6 +271,8 @@ class LaunchPlan:
         in_strides, out_strides, init_strides = self.strides
         init = None if self.init_of is None else ins[self.init_of]
         agg = torch.empty(self.agg_numel, dtype=self.compute_dtype, device=self.device) if self.agg_numel else None
+        if self.flags_at is not None:
+            agg[self.flags_at:].zero_()
         args = (ins, in_strides, outs, out_strides, self._parts, init, init_strides, agg) + self.sizes
         for phase in self.phases:
             compiled = self.compiled.get(phase)
@@ -286,7 +331,7 @@ _PLANS: dict = {}
 
 
 def _key(signature):
-    return signature, forced_settings()
+    return signature, settings_key()
 
 
 def cached_plan(signature) -> Optional[LaunchPlan]:

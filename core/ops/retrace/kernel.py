@@ -66,11 +66,11 @@ def _step_stats(Q, sq, P, sp, ACT, s_act, MU, s_mu, t, tile, T, ACC: tl.constexp
     mu = tl.load(MU + offsets(s_mu, t, tile), mask=m, other=0).to(ACC)
     e = tl.zeros(q.shape, ACC)
     for a0 in range(0, n_actions, BLOCK_A):
-        k = a0 + tl.arange(0, BLOCK_A)[None, None, :]
-        mk = m[:, :, None] & (k < n_actions)
-        qk = tl.load(Q + q_row[:, :, None] + k * sq[3], mask=mk, other=0).to(ACC)
-        pk = tl.load(P + p_row[:, :, None] + k * sp[3], mask=mk, other=0).to(ACC)
-        e += tl.sum(qk * pk, axis=2)
+        k = a0 + tl.arange(0, BLOCK_A)  # a new last axis, whatever the tile's rank
+        mk = tl.expand_dims(m, -1) & (k < n_actions)
+        qk = tl.load(Q + tl.expand_dims(q_row, -1) + k * sq[3], mask=mk, other=0).to(ACC)
+        pk = tl.load(P + tl.expand_dims(p_row, -1) + k * sp[3], mask=mk, other=0).to(ACC)
+        e += tl.sum(qk * pk, axis=-1)
     zero = q * 0
     q = tl.where(valid | ~m, q, zero / zero)  # NaN marks an action outside [0, A)
     return q, e, tl.log(p_taken) - mu

@@ -1,0 +1,197 @@
+"""Launch settings side by side on a GPU, by device time (CUDA-graph replay), one group of
+shapes at a time; every variant's result is checked against its float64 truth first.
+Prints a table last: per shape, the heuristic's time and the five fastest variants.
+
+    python scripts/h200_settings.py long        # few environments, very long T (run 7)
+    python scripts/h200_settings.py pipeline    # software-pipelined loads (tl.range num_stages)
+    python scripts/h200_settings.py many_envs   # N = 65536: the sequential layout's rule
+    python scripts/h200_settings.py wide        # [T, N]: wide environment blocks, with time chunks
+    python scripts/h200_settings.py block       # [T, N]: block_kernel (steps in registers)
+    python scripts/h200_settings.py block_refined  # around the block kernel's best setting
+    python scripts/h200_settings.py chained     # one pass with a decoupled look-back
+
+Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
+is what rlscan chooses by itself.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from rlscan._triton import launch as L
+from rlscan.bench import cases, check, floors
+
+from h200_explore import timed_device as device_us  # noqa: E402 - this folder is on sys.path
+
+
+def _long(N: int, T: int, layout: str) -> dict:
+    """Run 7: chunk counts, environment blocks and tile lengths around the heuristic."""
+    out = {}
+    for n_chunks in (256, 512, 1024, 2048, 4096):
+        if N == 1:
+            for block_t, warps in ((256, 4), (512, 4), (1024, 8)):
+                out[f"scan 1x{block_t} w{warps} c{n_chunks}"] = dict(
+                    kind="scan", block_b=1, block_t=block_t, num_warps=warps, n_chunks=n_chunks)
+        else:
+            for block_b in (4, 8, 16):
+                if block_b <= N:
+                    out[f"scan {block_b}x256 c{n_chunks}"] = dict(kind="scan", block_b=block_b, block_t=256,
+                                                                   num_warps=4, n_chunks=n_chunks)
+                    out[f"stripe {block_b}x16x8 c{n_chunks}"] = dict(kind="stripe", block_b=block_b, stripes=16,
+                                                                      steps=8, num_warps=4, n_chunks=n_chunks)
+    return out
+
+
+def _pipelined(N: int, T: int, layout: str) -> dict:
+    """The heuristic's own settings and a few tile shapes, with 2-4 tiles' loads in flight."""
+    base = L.choose_config(T, N, layout == "nt", False, torch.device("cuda"))
+    keep = dict(kind=base.kind, block_b=base.block_b, block_t=base.block_t, stripes=base.stripes,
+                steps=base.steps, num_warps=base.num_warps, n_chunks=base.n_chunks)
+    out = {}
+    for stages in (2, 3, 4):
+        out[f"heuristic s{stages}"] = dict(keep, stages=stages)
+    out["heuristic u2"] = dict(keep, unroll=2)
+    if T >= 512 and N >= 1024 and layout == "tn":
+        for bb, bt, w in ((16, 128, 4), (32, 64, 4), (32, 128, 8), (64, 64, 8), (16, 256, 8)):
+            for stages in (0, 3):
+                out[f"scan {bb}x{bt} w{w} s{stages}"] = dict(kind="scan", block_b=bb, block_t=bt, num_warps=w,
+                                                               stages=stages, n_chunks=base.n_chunks)
+        for bb, chunks in ((32, 16), (64, 32), (128, 64)):
+            for stages in (3, 6):
+                out[f"seq {bb} c{chunks} s{stages}"] = dict(kind="stripe", block_b=bb, num_warps=max(1, bb // 32),
+                                                            stages=stages, n_chunks=chunks)
+    return out
+
+
+def _many_envs(N: int, T: int, layout: str) -> dict:
+    """The sequential layout (now chosen at N >= 50561) against the tiles it replaced."""
+    seq = dict(kind="stripe", block_b=128, num_warps=4)
+    out = {"sequential": seq, "sequential s3": dict(seq, stages=3), "sequential s6": dict(seq, stages=6)}
+    if T <= 16:
+        out["scan 64x16 w2"] = dict(kind="scan", block_b=64, block_t=16, num_warps=2)
+    elif T <= 128:
+        out["stripe 8x32x4"] = dict(kind="stripe", block_b=8, stripes=32, steps=4, num_warps=4)
+    else:
+        out["scan 16x256"] = dict(kind="scan", block_b=16, block_t=256, num_warps=4)
+        out["scan 16x256 s3"] = dict(kind="scan", block_b=16, block_t=256, num_warps=4, stages=3)
+    return out
+
+
+def _wide(N: int, T: int, layout: str) -> dict:
+    """Wide environment blocks (rows of 256 B to 1 KB), with time chunks for programs enough."""
+    out = {}
+    for bb, bt, w in ((64, 32, 4), (128, 16, 4), (128, 32, 4), (128, 32, 8), (256, 16, 8), (256, 8, 4)):
+        for chunks in (c for c in (1, 8, 32, 128) if c * bb <= 8192):  # the chunk pairs fit in registers
+            out[f"scan {bb}x{bt} w{w} c{chunks}"] = dict(kind="scan", block_b=bb, block_t=bt, num_warps=w,
+                                                          n_chunks=chunks)
+    for bb, steps, w in ((128, 4, 4), (128, 8, 4), (128, 16, 4), (256, 8, 8), (64, 8, 2)):
+        for chunks in (c for c in (1, 16, 64) if c * bb <= 8192):
+            out[f"stripe {bb}x1x{steps} w{w} c{chunks}"] = dict(kind="stripe", block_b=bb, stripes=1, steps=steps,
+                                                                 num_warps=w, n_chunks=chunks)
+    return out
+
+
+def _blocks(N: int, T: int, layout: str) -> dict:
+    """block_kernel: [steps, stripes, environments] blocks, steps in registers."""
+    out = {}
+    for bb, stripes, steps, w in ((16, 32, 8, 4), (16, 32, 4, 4), (32, 16, 8, 4), (64, 8, 8, 4), (128, 4, 8, 4),
+                                  (128, 4, 4, 4), (32, 4, 8, 1), (128, 1, 8, 1), (64, 2, 8, 1)):
+        for chunks in (c for c in (1, 8, 32) if c * bb <= 4096 and c * stripes * steps <= T):
+            out[f"block {bb}x{stripes}x{steps} w{w} c{chunks}"] = dict(
+                kind="block", block_b=bb, stripes=stripes, steps=steps, num_warps=w, n_chunks=chunks)
+    return out
+
+
+def _block_refined(N: int, T: int, layout: str) -> dict:
+    """Around run 11's winner (block 128x1x8, one warp, ~1024 programs): steps, width, chunks."""
+    out = {}
+    for bb, stripes, steps, w in ((128, 1, 8, 1), (128, 1, 16, 1), (128, 1, 4, 1), (256, 1, 8, 2), (128, 2, 8, 2),
+                                  (64, 1, 8, 1)):
+        for chunks in (c for c in (8, 16, 32, 64) if c * bb <= 8192 and c * stripes * steps <= T):
+            out[f"block {bb}x{stripes}x{steps} w{w} c{chunks}"] = dict(
+                kind="block", block_b=bb, stripes=stripes, steps=steps, num_warps=w, n_chunks=chunks)
+    return out
+
+
+def _chained(N: int, T: int, layout: str) -> dict:
+    """chained_kernel (one pass, decoupled look-back) against the heuristic (run 12's
+    two-launch block kernel wherever N >= 4096 and T >= 512)."""
+    out = {}
+    for bb, stripes, steps, w in ((128, 4, 8, 4), (128, 2, 8, 2), (128, 1, 8, 1), (64, 8, 4, 4), (256, 2, 8, 4)):
+        out[f"chained {bb}x{stripes}x{steps} w{w}"] = dict(kind="chained", block_b=bb, stripes=stripes, steps=steps,
+                                                           num_warps=w)
+    return out
+
+
+GROUPS = {
+    "long": (_long, [("gae", 16, 262144, "tn"), ("gae", 1, 1_000_000, "tn"), ("gae", 64, 65536, "tn")]),
+    "pipeline": (_pipelined, [
+        ("gae", 4096, 2048, "tn"), ("vtrace", 4096, 2048, "tn"), ("gae", 16384, 512, "tn"),
+        ("gae", 4096, 128, "tn"), ("gae", 16, 262144, "tn"), ("gae", 1, 1_000_000, "tn"),
+        ("gae", 4096, 2048, "nt"), ("vtrace", 16384, 16, "tn"),
+    ]),
+    "wide": (_wide, [("gae", 4096, 2048, "tn"), ("gae", 16384, 512, "tn"), ("vtrace", 4096, 2048, "tn"),
+                      ("gae", 65536, 2048, "tn")]),
+    "block": (_blocks, [("gae", 4096, 2048, "tn"), ("gae", 16384, 512, "tn"), ("vtrace", 4096, 2048, "tn"),
+                        ("gae", 4096, 128, "tn")]),
+    "block_refined": (_block_refined, [("gae", 4096, 2048, "tn"), ("vtrace", 4096, 2048, "tn"),
+                                        ("gae", 16384, 512, "tn"), ("gae", 8192, 1024, "tn")]),
+    "chained": (_chained, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
+        ("gae", 16384, 512, "tn"), ("vtrace", 16384, 512, "tn"), ("gae", 8192, 1024, "tn"),
+        ("gae", 16, 262144, "tn"), ("gae", 1, 1_000_000, "tn"), ("gae", 4096, 128, "tn")]),
+    "many_envs": (_many_envs, [("gae", 65536, 16, "tn"), ("gae", 65536, 128, "tn"), ("gae", 65536, 2048, "tn"),
+                               ("vtrace", 65536, 128, "tn")]),
+}
+
+
+def sweep(group: str) -> list:
+    variants_of, shapes = GROUPS[group]
+    dev = torch.device("cuda")
+    fl = floors.measure(dev, quick=True)
+    print(f"# copy bandwidth {fl.bandwidth / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    for op, N, T, layout in shapes:
+        case = cases.CASES[op]
+        import rlscan
+
+        inputs = cases.make_inputs(case, T, N, torch.float32, layout, dev)
+        want, _ = check.truth(case, inputs, T, N)
+        floor_us = cases.moved_bytes(inputs, len(want), T, N, torch.float32) / fl.bandwidth * 1e6
+        shape = f"{op} {layout} {N}x{T}"
+        print(f"# {shape}: heuristic {L.choose_config(T, N, layout == 'nt', False, dev)}", flush=True)
+        for label, forced in {"heuristic": {}, **variants_of(N, T, layout)}.items():
+            fn = lambda: case.call(rlscan, inputs)  # noqa: E731
+            try:
+                with L.forced_config(**forced):
+                    err = check.relative_error(cases.outputs_of(fn()), want)
+                    us = device_us(fn) if err < 1e-4 else float("nan")
+            except Exception as exc:  # noqa: BLE001 - a setting the compiler refuses is a result too
+                print(f"  {label:28s} failed: {repr(exc)[:200]}", flush=True)
+                continue
+            rows.append((shape, label, us, us / floor_us, err))
+            print(f"  {label:28s} {us:9.1f} us  {us / floor_us:5.2f}x floor  err {err:.1e}", flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("groups", nargs="+", choices=sorted(GROUPS))
+    args = ap.parse_args()
+    rows = []
+    for group in args.groups:
+        rows += sweep(group)
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}: "
+          "device time, best five per shape")
+    for shape in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == shape]
+        heur = next(r for r in mine if r[1] == "heuristic")
+        print(f"  {shape}: heuristic {heur[2]:.1f} us ({heur[3]:.2f}x floor)")
+        for r in sorted(mine, key=lambda r: r[2] if r[2] == r[2] else float("inf"))[:5]:
+            print(f"      {r[1]:28s} {r[2]:8.1f} us {r[3]:5.2f}x  ×{heur[2] / r[2]:.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
