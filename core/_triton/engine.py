@@ -156,10 +156,19 @@ def row(x, i, BLOCK_T: tl.constexpr):
 
 
 @triton.jit
+def _along_first_axis(n: tl.constexpr, like):
+    """``0 .. n-1`` along the first axis of a tensor of ``like``'s rank (2 or 3)."""
+    if len(like.shape) == 3:
+        return tl.arange(0, n)[:, None, None]
+    else:
+        return tl.arange(0, n)[:, None]
+
+
+@triton.jit
 def _carried_in(A, carry, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
-    """The state carried into each row of a scanned tile: the row after it in reverse,
-    the row before it forward, and ``carry`` (broadcast) at the tile's edge."""
-    rows = tl.arange(0, BLOCK_T)[:, None]
+    """The state carried into each row of a scanned tile (or step of a block): the row after
+    it in reverse, the row before it forward, and ``carry`` (broadcast) at the edge."""
+    rows = _along_first_axis(BLOCK_T, A)
     if BLOCK_T == 1:
         return A * 0 + carry
     else:
@@ -358,23 +367,6 @@ def _step_edge(x, REVERSE: tl.constexpr, STEPS: tl.constexpr):
 
 
 @triton.jit
-def _carried_in_steps(A, state, REVERSE: tl.constexpr, STEPS: tl.constexpr):
-    """The state carried into each step of a block: the neighbouring step of the same stripe,
-    and ``state`` (the stripe's carried-in state) at the stripe's edge."""
-    step = tl.arange(0, STEPS)[:, None, None]
-    if STEPS == 1:
-        return A * 0 + state
-    else:
-        if REVERSE:
-            idx = tl.minimum(step + 1, STEPS - 1)
-            edge = step == STEPS - 1
-        else:
-            idx = tl.maximum(step - 1, 0)
-            edge = step == 0
-        return tl.where(edge, state, tl.gather(A, idx + tl.zeros(A.shape, tl.int32), 0))
-
-
-@triton.jit
 def _block(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
            ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr):
     """One ``[STEPS, STRIPES, BLOCK_B]`` block at times ``t``: its coefficients scanned along
@@ -413,7 +405,7 @@ def _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, 
     """Write a block's outputs, given the state carried into it."""
     state = tl.expand_dims(ia + ik * carry, 0)
     A = a + k * state
-    EMIT(outs, out_strides, scalars, A, _carried_in_steps(A, state, REVERSE, STEPS), keep, tile, T)
+    EMIT(outs, out_strides, scalars, A, _carried_in(A, state, REVERSE, STEPS), keep, tile, T)
 
 
 @triton.jit
