@@ -206,6 +206,24 @@ def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.conste
 
 
 @triton.jit
+def _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
+             ACC: tl.constexpr, N: tl.constexpr):
+    """The op's coefficients at times ``t`` (identity pairs outside ``[.., t_hi)`` and the
+    environments), scanned along the first axis (``N`` long) with no carry: ``(a, k)``, the
+    tile, and what the op keeps for its outputs."""
+    m = (t < t_hi) & mb
+    tile = (t, b_hi, b_lo, m, mb)
+    alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
+    alpha = tl.where(m, alpha, 0)
+    beta = tl.where(m, beta, 1)
+    if N == 1:
+        return alpha, beta, tile, keep
+    else:
+        a, k = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
+        return a, k, tile, keep
+
+
+@triton.jit
 def scan_kernel(
     ins, in_strides, outs, out_strides, scalars,
     INIT, init_strides, AGG,
@@ -228,16 +246,8 @@ def scan_kernel(
         t = t_lo + k * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
         if WIDE:
             t = t.to(tl.int64)
-        m = (t < t_hi) & mb
-        tile = (t, b_hi, b_lo, m, mb)
-        alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
-        alpha = tl.where(m, alpha, 0)
-        beta = tl.where(m, beta, 1)
-        if BLOCK_T == 1:
-            a = alpha
-            k_ = beta
-        else:
-            a, k_ = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
+        a, k_, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC,
+                                     BLOCK_T)
         A = a + k_ * carry
         if PHASE == 1:
             carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
@@ -292,6 +302,20 @@ def _program_start(INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chun
 
 
 @triton.jit
+def _across_stripes(a, k, REVERSE: tl.constexpr, ACC: tl.constexpr, STRIPES: tl.constexpr, BLOCK_B: tl.constexpr):
+    """Given each stripe's composed pair (``[STRIPES, BLOCK_B]``): what each stripe receives
+    from the stripes before it in scan order, as the map ``x -> ia + ik*x`` of the window's
+    carried-in state, and the whole window's pair ``(out_a, out_k)``."""
+    if STRIPES == 1:
+        return a * 0, k * 0 + 1, a, k
+    else:
+        sa, sk = tl.associative_scan((a, k), 0, compose, reverse=REVERSE)
+        ia = _carried_in(sa, tl.zeros([1, BLOCK_B], ACC), REVERSE, STRIPES)
+        ik = _carried_in(sk, tl.full([1, BLOCK_B], 1, ACC), REVERSE, STRIPES)
+        return ia, ik, _edge(sa, REVERSE, STRIPES), _edge(sk, REVERSE, STRIPES)
+
+
+@triton.jit
 def stripe_kernel(
     ins, in_strides, outs, out_strides, scalars,
     INIT, init_strides, AGG,
@@ -328,17 +352,8 @@ def stripe_kernel(
             a = tl.where(m, alpha, 0) + beta * a
             k = beta * k
         # Across stripes: the state carried into each stripe, and out of the window.
-        if STRIPES == 1:
-            state = a * 0 + carry
-            out_a = a
-            out_k = k
-        else:
-            sa, sk = tl.associative_scan((a, k), 0, compose, reverse=REVERSE)
-            ia = _carried_in(sa, tl.zeros([1, BLOCK_B], ACC), REVERSE, STRIPES)
-            ik = _carried_in(sk, tl.full([1, BLOCK_B], 1, ACC), REVERSE, STRIPES)
-            state = ia + ik * carry
-            out_a = _edge(sa, REVERSE, STRIPES)
-            out_k = _edge(sk, REVERSE, STRIPES)
+        ia, ik, out_a, out_k = _across_stripes(a, k, REVERSE, ACC, STRIPES, BLOCK_B)
+        state = ia + ik * carry
         if PHASE == 1:
             carry_b = out_k * carry_b
         else:
@@ -373,29 +388,9 @@ def _block(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.cons
     steps (``a``, ``k``), what each stripe receives from the stripes before it in scan order
     as a map ``x -> ia + ik*x`` of the block's carried-in state, and the whole block's
     composed pair ``(out_a, out_k)``."""
-    m = (t < t_hi) & mb
-    tile = (t, b_hi, b_lo, m, mb)
-    alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
-    alpha = tl.where(m, alpha, 0)
-    beta = tl.where(m, beta, 1)
-    if STEPS == 1:
-        a = alpha
-        k = beta
-    else:
-        a, k = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
-    pa = _step_edge(a, REVERSE, STEPS)
-    pk = _step_edge(k, REVERSE, STEPS)
-    if STRIPES == 1:
-        ia = pa * 0
-        ik = pk * 0 + 1
-        out_a = pa
-        out_k = pk
-    else:
-        sa, sk = tl.associative_scan((pa, pk), 0, compose, reverse=REVERSE)
-        ia = _carried_in(sa, tl.zeros([1, BLOCK_B], ACC), REVERSE, STRIPES)
-        ik = _carried_in(sk, tl.full([1, BLOCK_B], 1, ACC), REVERSE, STRIPES)
-        out_a = _edge(sa, REVERSE, STRIPES)
-        out_k = _edge(sk, REVERSE, STRIPES)
+    a, k, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STEPS)
+    ia, ik, out_a, out_k = _across_stripes(_step_edge(a, REVERSE, STEPS), _step_edge(k, REVERSE, STEPS), REVERSE,
+                                           ACC, STRIPES, BLOCK_B)
     return a, k, ia, ik, out_a, out_k, tile, keep
 
 
