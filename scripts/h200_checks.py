@@ -200,7 +200,7 @@ def backward_settings():
 def gradients_vs_cpu():
     """Every op's gradients on the GPU (float64) against the CPU path's (float64 loops and
     autograd through the ops' torch forms, gradchecked in CI), tensor γ/λ, both value sources;
-    at 64 x 300 and at 4096 x 512 (where the heuristic picks the chunked block kernel)."""
+    at 64 x 300 and at 4096 x 512 (where the heuristic picks the block and chained kernels)."""
     for T, N in ((300, 64), (512, 4096)):
         _gradients_vs_cpu(T, N)
 
