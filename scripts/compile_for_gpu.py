@@ -5,7 +5,8 @@ what the interpreter cannot: code the interpreter runs as Python but the compile
 (non-constexpr globals, Python calls inside jit code, unsupported layouts). It launches
 nothing; run it whenever a kernel changes:
 
-    python scripts/compile_for_gpu.py
+    python scripts/compile_for_gpu.py          # the kernels as launched
+    python scripts/compile_for_gpu.py --wide   # the same with 64-bit offsets
 """
 from __future__ import annotations
 
@@ -117,6 +118,8 @@ SETTINGS = [
 
 
 def main():
+    if "--wide" in sys.argv:  # every launch takes its 64-bit offset path (inputs past 2**31 elements)
+        L._reach = lambda x: 2**31
     L.LaunchPlan._first_launch = lambda self, phase, args: compile_only(
         self.fn, self.grid[:2], args, dict(self.constexprs, PHASE=phase, **self.options))
     import rlscan._backend as backend

@@ -525,6 +525,8 @@ def chained_kernel(
     the look-back must compose published pairs. (Triton's interpreter runs programs one
     after another, where every predecessor has published its state.)
     """
+    if WIDE:
+        B = B.to(tl.int64)  # AGG holds 3 * n_chunks * B values: offsets past 2**31 when the inputs are that large
     n_b = tl.num_programs(0)
     FLAGS = (AGG + 3 * n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
     ticket = tl.atomic_add(FLAGS + n_chunks * n_b, 1, sem="relaxed", scope="gpu")
