@@ -21,6 +21,7 @@ import time
 
 import torch
 
+import rlscan
 from rlscan._triton import launch as L
 from rlscan.bench import cases, check, floors
 
@@ -155,8 +156,6 @@ def sweep(group: str) -> list:
     rows = []
     for op, N, T, layout in shapes:
         case = cases.CASES[op]
-        import rlscan
-
         inputs = cases.make_inputs(case, T, N, torch.float32, layout, dev)
         want, _ = check.truth(case, inputs, T, N)
         floor_us = cases.moved_bytes(inputs, len(want), T, N, torch.float32) / fl.bandwidth * 1e6

@@ -149,19 +149,19 @@ def value_after(V, sV, NV, sNV, BOOT, sBOOT, tile, T, ACC: tl.constexpr):
 
 
 @triton.jit
-def row(x, i, BLOCK_T: tl.constexpr):
-    """Row ``i`` of a ``[BLOCK_T, BLOCK_B]`` tile, as a ``[1, BLOCK_B]`` row."""
-    rows = tl.arange(0, BLOCK_T)[:, None]
-    return tl.sum(tl.where(rows == i, x, 0), axis=0, keep_dims=True)
-
-
-@triton.jit
 def _along_first_axis(n: tl.constexpr, like):
     """``0 .. n-1`` along the first axis of a tensor of ``like``'s rank (2 or 3)."""
     if len(like.shape) == 3:
         return tl.arange(0, n)[:, None, None]
     else:
         return tl.arange(0, n)[:, None]
+
+
+@triton.jit
+def row(x, i, BLOCK_T: tl.constexpr, KEEP_DIMS: tl.constexpr = True):
+    """Row ``i`` along the first axis of a tile (``[BLOCK_T, BLOCK_B]``, or a block
+    ``[STEPS, STRIPES, BLOCK_B]``), that axis kept with length 1 or dropped."""
+    return tl.sum(tl.where(_along_first_axis(BLOCK_T, x) == i, x, 0), axis=0, keep_dims=KEEP_DIMS)
 
 
 @triton.jit
@@ -182,12 +182,13 @@ def _carried_in(A, carry, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
 
 
 @triton.jit
-def _edge(x, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
-    """The state handed to the next tile: the first row in reverse, the last row forward."""
+def _edge(x, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr, KEEP_DIMS: tl.constexpr = True):
+    """The state handed to the next tile (or, for a block, each stripe's composed value): the
+    first row in reverse, the last row forward."""
     if REVERSE:
-        return row(x, 0, BLOCK_T)
+        return row(x, 0, BLOCK_T, KEEP_DIMS)
     else:
-        return row(x, BLOCK_T - 1, BLOCK_T)
+        return row(x, BLOCK_T - 1, BLOCK_T, KEEP_DIMS)
 
 
 @triton.jit
@@ -374,14 +375,6 @@ def stripe_kernel(
 
 
 @triton.jit
-def _step_edge(x, REVERSE: tl.constexpr, STEPS: tl.constexpr):
-    """Each stripe's composed value: the first step of a ``[STEPS, STRIPES, BLOCK_B]`` block
-    in reverse, the last forward, as a ``[STRIPES, BLOCK_B]`` tile."""
-    step = tl.arange(0, STEPS)[:, None, None]
-    return tl.sum(tl.where(step == (0 if REVERSE else STEPS - 1), x, 0), axis=0)
-
-
-@triton.jit
 def _block(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
            ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr):
     """One ``[STEPS, STRIPES, BLOCK_B]`` block at times ``t``: its coefficients scanned along
@@ -389,7 +382,7 @@ def _block(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.cons
     as a map ``x -> ia + ik*x`` of the block's carried-in state, and the whole block's
     composed pair ``(out_a, out_k)``."""
     a, k, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STEPS)
-    ia, ik, out_a, out_k = _across_stripes(_step_edge(a, REVERSE, STEPS), _step_edge(k, REVERSE, STEPS), REVERSE,
+    ia, ik, out_a, out_k = _across_stripes(_edge(a, REVERSE, STEPS, False), _edge(k, REVERSE, STEPS, False), REVERSE,
                                            ACC, STRIPES, BLOCK_B)
     return a, k, ia, ik, out_a, out_k, tile, keep
 

@@ -235,12 +235,15 @@ class LaunchPlan:
         self.compute_dtype = compute_dtype
         self.init_of = init_of
         self.grid = (math.ceil(B / cfg.block_b), cfg.n_chunks, 1)
-        self.agg_numel = 2 * cfg.n_chunks * B if cfg.n_chunks > 1 else 0
+        # scratch: the chunks' pairs; for the chained kernel, pairs and outgoing states, then
+        # int32 flags and a ticket counter (zeroed on every call, from ``flags_at``)
         self.flags_at = None
-        if cfg.kind == "chained":  # pairs and outgoing states, then int32 flags and a ticket counter, zeroed
+        if cfg.kind == "chained":
             self.flags_at = 3 * cfg.n_chunks * B
             n_flags = cfg.n_chunks * self.grid[0] + 1
             self.agg_numel = self.flags_at + math.ceil(32 * n_flags / torch.finfo(compute_dtype).bits)
+        else:
+            self.agg_numel = 2 * cfg.n_chunks * B if cfg.n_chunks > 1 else 0
         kwargs = dict(
             COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(compute_dtype), BLOCK_B=cfg.block_b,
             BLOCK_C=cfg.block_c, TWO_LEVEL=layout.two_level, WIDE=wide,
