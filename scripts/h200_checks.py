@@ -1,5 +1,5 @@
 """The checks that need a GPU (CI has none): CUDA-graph capture, torch.compile on CUDA,
-gradients against the CPU path, backward speed and the backward kernels' launch settings,
+gradients against the CPU path (retrace_from_q's too), backward speed and the backward kernels' launch settings,
 the Retrace cliff, determinism, memory growth, long horizons, and the CPU/GPU crossover for
 host-resident buffers (the SB3 adapter's choice). Prints a table last; writes JSON to
 $OUT (or ./bench-out). Name steps to run only those:
@@ -234,6 +234,30 @@ def _gradients_vs_cpu(T, N):
         record(f"gradients on GPU vs CPU path (float64): {name} {N}x{T}", err < 1e-9, f"max rel diff {err:.1e}")
 
 
+def retrace_from_q_gradients():
+    """retrace_from_q's gradients on the GPU (Retrace's fused backward, then the action
+    table's chain rule) against the CPU path's, float64, at 64 x 300 and 4096 x 512, 6 actions."""
+    for T, N in ((300, 64), (512, 4096)):
+        d = {k: t.double() if t.is_floating_point() else t for k, t in data(T, N).items()}
+        g = torch.Generator(device=dev).manual_seed(4)
+        q = torch.randn(T, N, 6, device=dev, dtype=torch.float64, generator=g)
+        pi = torch.softmax(torch.randn(T, N, 6, device=dev, dtype=torch.float64, generator=g), -1)
+        actions = torch.randint(0, 6, (T, N), device=dev, generator=g)
+        grads = {}
+        for where, backend in ((dev.type, "triton"), ("cpu", "cpu")):
+            with rlscan.use_backend(backend):
+                leaves = [t.to(where).requires_grad_() for t in (d["r"], q, pi, d["lr"], d["nv"])]
+                out = rlscan.retrace_from_q(leaves[0], leaves[1], actions.to(where), leaves[2], leaves[3],
+                                            next_expected_q=leaves[4], terminated=d["term"].to(where),
+                                            truncated=d["trunc"].to(where), gamma=0.97, lmbda=0.9)
+                outs = flat(out)
+                w = [torch.linspace(-1, 1, o.numel(), device=o.device, dtype=o.dtype).view_as(o) for o in outs]
+                grads[backend] = [x.cpu() for x in torch.autograd.grad(outs, leaves, w)]
+        err = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+                  for a, b in zip(grads["triton"], grads["cpu"]))
+        record(f"retrace_from_q gradients on GPU vs CPU path (float64) {N}x{T}", err < 1e-9, f"max rel diff {err:.1e}")
+
+
 def retrace_cliff():
     """Time per element of Retrace at N = 512 as T grows: no cliff allowed (target ≤ 1.2x)."""
     per = {}
@@ -358,7 +382,7 @@ def main():
     result = {}
     import sys
 
-    steps = (cuda_graphs, compiled, gradients_vs_cpu, backward_speed, backward_settings, retrace_cliff, determinism,
+    steps = (cuda_graphs, compiled, gradients_vs_cpu, retrace_from_q_gradients, backward_speed, backward_settings, retrace_cliff, determinism,
              memory, long_horizon)
     only = sys.argv[1:]
     if only:

@@ -9,6 +9,8 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py block       # [T, N]: block_kernel (steps in registers)
     python scripts/h200_settings.py block_refined  # around the block kernel's best setting
     python scripts/h200_settings.py chained     # one pass with a decoupled look-back
+    python scripts/h200_settings.py chained_long  # the chained kernel with time across threads, few envs
+    python scripts/h200_settings.py short       # many environments, short T: against the sequential layout
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -127,6 +129,31 @@ def _chained(N: int, T: int, layout: str) -> dict:
     return out
 
 
+def _chained_long(N: int, T: int, layout: str) -> dict:
+    """Few environments, very long T: chained blocks whose steps spread over stripes (threads)
+    as well as registers, so one program covers hundreds of steps of a narrow row."""
+    out = {}
+    for stripes, steps, w in ((8, 8, 1), (32, 8, 4), (32, 4, 4), (16, 16, 4), (64, 8, 8), (128, 8, 4), (256, 8, 8)):
+        bb = min(16, N)
+        if stripes * steps * 4 <= T:
+            out[f"chained {bb}x{stripes}x{steps} w{w}"] = dict(kind="chained", block_b=bb, stripes=stripes,
+                                                               steps=steps, num_warps=w)
+    return out
+
+
+def _short(N: int, T: int, layout: str) -> dict:
+    """Many environments, short T: the sequential layout and in-register blocks against the
+    heuristic's tiles."""
+    out = {"sequential": dict(kind="stripe", block_b=128, num_warps=4),
+           "scan 128x16 w4": dict(kind="scan", block_b=128, block_t=min(16, T), num_warps=4)}
+    for bb, steps, w, chunks in ((128, T, 1, 1), (128, T, 4, 1), (64, T, 1, 1), (128, max(1, T // 2), 1, 2)):
+        out[f"block {bb}x1x{steps} w{w} c{chunks}"] = dict(kind="block", block_b=bb, stripes=1, steps=steps,
+                                                           num_warps=w, n_chunks=chunks)
+    if T >= 16:
+        out["chained 128x1x8 w1"] = dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1)
+    return out
+
+
 GROUPS = {
     "long": (_long, [("gae", 16, 262144, "tn"), ("gae", 1, 1_000_000, "tn"), ("gae", 64, 65536, "tn")]),
     "pipeline": (_pipelined, [
@@ -143,6 +170,10 @@ GROUPS = {
     "chained": (_chained, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
         ("gae", 16384, 512, "tn"), ("vtrace", 16384, 512, "tn"), ("gae", 8192, 1024, "tn"),
         ("gae", 16, 262144, "tn"), ("gae", 1, 1_000_000, "tn"), ("gae", 4096, 128, "tn")]),
+    "chained_long": (_chained_long, [(op, 16, 262144, "tn") for op in ("gae", "discounted_returns", "vtrace")] + [
+        (op, 1, 1_000_000, "tn") for op in ("gae", "discounted_returns", "vtrace")] + [("gae", 64, 65536, "tn")]),
+    "short": (_short, [(op, 16384, 16, "tn") for op in cases.CASES] + [("gae", 65536, 8, "tn"),
+                                                                       ("vtrace", 65536, 8, "tn")]),
     "many_envs": (_many_envs, [("gae", 65536, 16, "tn"), ("gae", 65536, 128, "tn"), ("gae", 65536, 2048, "tn"),
                                ("vtrace", 65536, 128, "tn")]),
 }
