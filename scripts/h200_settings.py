@@ -11,6 +11,7 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py chained     # one pass with a decoupled look-back
     python scripts/h200_settings.py chained_long  # the chained kernel with time across threads, few envs
     python scripts/h200_settings.py short       # many environments, short T: against the sequential layout
+    python scripts/h200_settings.py registers   # steps scanned in registers or by shuffles; look-back windows
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -154,6 +155,26 @@ def _short(N: int, T: int, layout: str) -> dict:
     return out
 
 
+def _registers(N: int, T: int, layout: str) -> dict:
+    """The heuristic's own kernel with its steps scanned by warp shuffles (as before the
+    in-register scan), and with look-back windows of 2-8 blocks; at the long shapes, the
+    chained kernel with time across threads (run 17's best)."""
+    base = L.choose_config(T, N, layout == "nt", False, torch.device("cuda"))
+    keep = dict(kind=base.kind, block_b=base.block_b, stripes=base.stripes, steps=base.steps,
+                num_warps=base.num_warps, n_chunks=base.n_chunks)
+    out = {"heuristic by shuffles": dict(keep, step_scan="shuffles")}
+    if N >= 4096:
+        chained = dict(kind="chained", block_b=128, stripes=1, num_warps=1)
+        for steps, window in ((8, 1), (8, 2), (8, 4), (8, 8), (4, 4), (16, 4)):
+            out[f"chained 128x1x{steps} w1 look-back {window}"] = dict(chained, steps=steps, lookback=window)
+    else:
+        chained = dict(kind="chained", block_b=16, stripes=64, steps=8, num_warps=8)
+        for window in (1, 4, 8):
+            out[f"chained 16x64x8 w8 look-back {window}"] = dict(chained, lookback=window)
+        out["chained 16x64x8 w8 by shuffles"] = dict(chained, step_scan="shuffles")
+    return out
+
+
 GROUPS = {
     "long": (_long, [("gae", 16, 262144, "tn"), ("gae", 1, 1_000_000, "tn"), ("gae", 64, 65536, "tn")]),
     "pipeline": (_pipelined, [
@@ -172,8 +193,12 @@ GROUPS = {
         ("gae", 16, 262144, "tn"), ("gae", 1, 1_000_000, "tn"), ("gae", 4096, 128, "tn")]),
     "chained_long": (_chained_long, [(op, 16, 262144, "tn") for op in ("gae", "discounted_returns", "vtrace")] + [
         (op, 1, 1_000_000, "tn") for op in ("gae", "discounted_returns", "vtrace")] + [("gae", 64, 65536, "tn")]),
-    "short": (_short, [(op, 16384, 16, "tn") for op in cases.CASES] + [("gae", 65536, 8, "tn"),
-                                                                       ("vtrace", 65536, 8, "tn")]),
+    "short": (_short, [(op, 16384, 16, "tn") for op in ("gae", "discounted_returns", "vtrace", "retrace",
+                                                         "eligibility_traces", "linear_scan")] + [
+        ("gae", 65536, 8, "tn")]),
+    "registers": (_registers, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
+        ("gae", 16384, 512, "tn"), ("vtrace", 16384, 512, "tn"), ("gae", 16, 262144, "tn"),
+        ("vtrace", 16, 262144, "tn"), ("gae", 64, 65536, "tn")]),
     "many_envs": (_many_envs, [("gae", 65536, 16, "tn"), ("gae", 65536, 128, "tn"), ("gae", 65536, 2048, "tn"),
                                ("vtrace", 65536, 128, "tn")]),
 }

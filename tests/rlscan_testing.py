@@ -94,8 +94,10 @@ KERNEL_CONFIGS = {
     "stripe-window-chunks": dict(kind="stripe", stripes=2, steps=2, block_b=2, n_chunks=2),
     "block": dict(kind="block", stripes=2, steps=4, block_b=2),
     "block-chunks": dict(kind="block", stripes=2, steps=2, block_b=4, n_chunks=3),
+    "block-shuffles": dict(kind="block", stripes=2, steps=4, block_b=2, step_scan="shuffles"),
     "chained": dict(kind="chained", stripes=2, steps=2, block_b=2),
     "chained-look-back": dict(kind="chained", stripes=1, steps=2, block_b=4, test_lookback=True),
+    "chained-window": dict(kind="chained", stripes=1, steps=2, block_b=4, test_lookback=True, lookback=4),
 }
 
 # ----------------------------------------------------------------------------- problems

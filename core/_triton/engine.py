@@ -207,11 +207,35 @@ def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.conste
 
 
 @triton.jit
+def _scan_in_thread(alpha, beta, REVERSE: tl.constexpr, N: tl.constexpr):
+    """The scan of ``(alpha, beta)`` along the first axis (``N`` long), one step after the
+    other: ``a_s = alpha_s + beta_s * a_{s±1}``, ``k_s = beta_s * k_{s±1}``.
+
+    For a block, whose steps sit in each thread's registers: there, rows picked by a
+    constant index fold to register moves, while ``tl.associative_scan`` lowers the same
+    axis to warp shuffles it does not need (640 for an 8 × 128 block, most of the kernel)."""
+    rows = _along_first_axis(N, alpha)
+    a, k = alpha, beta
+    first = N - 1 if REVERSE else 0
+    acc_a = row(alpha, first, N)
+    acc_k = row(beta, first, N)
+    for i in tl.static_range(1, N):
+        s = N - 1 - i if REVERSE else i
+        beta_s = row(beta, s, N)
+        acc_a = row(alpha, s, N) + beta_s * acc_a
+        acc_k = beta_s * acc_k
+        a = tl.where(rows == s, acc_a, a)
+        k = tl.where(rows == s, acc_k, k)
+    return a, k
+
+
+@triton.jit
 def _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
-             ACC: tl.constexpr, N: tl.constexpr):
+             ACC: tl.constexpr, N: tl.constexpr, IN_THREAD: tl.constexpr = False):
     """The op's coefficients at times ``t`` (identity pairs outside ``[.., t_hi)`` and the
-    environments), scanned along the first axis (``N`` long) with no carry: ``(a, k)``, the
-    tile, and what the op keeps for its outputs."""
+    environments), scanned along the first axis (``N`` long, in each thread's registers
+    if ``IN_THREAD``) with no carry: ``(a, k)``, the tile, and what the op keeps for its
+    outputs."""
     m = (t < t_hi) & mb
     tile = (t, b_hi, b_lo, m, mb)
     alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
@@ -219,6 +243,9 @@ def _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.co
     beta = tl.where(m, beta, 1)
     if N == 1:
         return alpha, beta, tile, keep
+    elif IN_THREAD:
+        a, k = _scan_in_thread(alpha, beta, REVERSE, N)
+        return a, k, tile, keep
     else:
         a, k = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
         return a, k, tile, keep
@@ -376,12 +403,15 @@ def stripe_kernel(
 
 @triton.jit
 def _block(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
-           ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr):
+           ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
+           STEP_SCAN: tl.constexpr):
     """One ``[STEPS, STRIPES, BLOCK_B]`` block at times ``t``: its coefficients scanned along
     steps (``a``, ``k``), what each stripe receives from the stripes before it in scan order
     as a map ``x -> ia + ik*x`` of the block's carried-in state, and the whole block's
-    composed pair ``(out_a, out_k)``."""
-    a, k, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STEPS)
+    composed pair ``(out_a, out_k)``. ``STEP_SCAN``: ``"registers"`` scans the steps
+    one after the other in each thread, ``"shuffles"`` with ``tl.associative_scan``."""
+    a, k, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STEPS,
+                                STEP_SCAN == "registers")
     ia, ik, out_a, out_k = _across_stripes(_edge(a, REVERSE, STEPS, False), _edge(k, REVERSE, STEPS, False), REVERSE,
                                            ACC, STRIPES, BLOCK_B)
     return a, k, ia, ik, out_a, out_k, tile, keep
@@ -414,7 +444,7 @@ def block_kernel(
     COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
     ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
     BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
-    UNROLL: tl.constexpr = None,
+    UNROLL: tl.constexpr = None, STEP_SCAN: tl.constexpr = "registers",
 ):
     """The stripe kernel's windows held in registers as ``[STEPS, STRIPES, BLOCK_B]`` blocks.
 
@@ -439,7 +469,7 @@ def block_kernel(
             w = i
         a, k, ia, ik, out_a, out_k, tile, keep = _block(
             ins, in_strides, scalars, t_lo + w * window + offset, b_hi3, b_lo3, mb3, t_hi, T,
-            COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B)
+            COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B, STEP_SCAN)
         if PHASE == 1:
             carry_b = out_k * carry_b
         else:
@@ -485,6 +515,43 @@ def _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.constexpr,
 
 
 @triton.jit
+def _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexpr,
+                      W: tl.constexpr):
+    """:func:`_look_back`, ``W`` blocks at a time: read the flags of positions ``p, p-1, ..,
+    p-W+1`` together, then the pairs of those that have published, up to and including the
+    nearest that has published its outgoing state (taken as the pair ``(state, 0)``), and
+    compose them, nearest first. A walk of ``n`` blocks waits on about ``n / W`` round trips
+    to memory instead of ``2n``."""
+    r = tl.arange(0, W)
+    rows = r[:, None]
+    acc_a = tl.zeros([1, BLOCK_B], ACC)
+    acc_k = tl.full([1, BLOCK_B], 1, ACC)
+    p = j - 1
+    while p >= 0:
+        q = p - r
+        f = tl.atomic_add(FLAGS + q * n_b + pid_b, 0, mask=q >= 0, sem="acquire", scope="gpu")
+        f = tl.where(q >= 0, f, 0)
+        n_ready = tl.min(tl.where(f == 0, r, W), axis=0)
+        n_use = tl.minimum(tl.min(tl.where(f == 2, r, W), axis=0) + 1, n_ready)
+        ends = tl.expand_dims(f == 2, 1)
+        use = (rows < n_use) & mb
+        qq = tl.expand_dims(q, 1)
+        a = tl.load(AGG + qq * B + b, mask=use & ~ends, other=0, volatile=True)
+        k = tl.load(AGG + (n_chunks + qq) * B + b, mask=use & ~ends, other=1, volatile=True)
+        state = tl.load(AGG + (2 * n_chunks + qq) * B + b, mask=use & ends, other=0, volatile=True)
+        a = tl.where(ends, state, a)
+        k = tl.where(ends & use, 0, k)
+        for i in tl.static_range(W):
+            acc_a = acc_a + acc_k * row(a, i, W)
+            acc_k = acc_k * row(k, i, W)
+        if tl.max(tl.where(r < n_use, f, 0), axis=0) == 2:
+            p = -1
+        else:
+            p = p - n_use
+    return acc_a
+
+
+@triton.jit
 def _publish(FLAGS, i, flag):
     """Raise flag ``i`` to ``flag`` once every thread's stores before it are made (release):
     a program that sees the flag sees those stores."""
@@ -500,7 +567,8 @@ def chained_kernel(
     COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
     ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
     BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
-    UNROLL: tl.constexpr = None, TEST_LOOKBACK: tl.constexpr = False,
+    UNROLL: tl.constexpr = None, TEST_LOOKBACK: tl.constexpr = False, STEP_SCAN: tl.constexpr = "registers",
+    LOOKBACK: tl.constexpr = 1,
 ):
     """One pass over the inputs: each program scans one ``[STEPS, STRIPES, BLOCK_B]`` block
     (``chunk_len = STEPS * STRIPES`` steps) and is chained to the blocks before it in scan
@@ -533,14 +601,17 @@ def chained_kernel(
     t_hi = tl.minimum(t_lo + chunk_len, T)
     a, k, ia, ik, out_a, out_k, tile, keep = _block(
         ins, in_strides, scalars, t_lo + _block_axes(STRIPES, STEPS, WIDE), tl.expand_dims(b_hi, 0),
-        tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B)
+        tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B, STEP_SCAN)
     if j == 0:
         carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
     else:
         tl.store(AGG + j * B + b, out_a, mask=mb)
         tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
         _publish(FLAGS, j * n_b + pid_b, 1)
-        carry = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
+        if LOOKBACK == 1:
+            carry = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
+        else:
+            carry = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B, LOOKBACK)
     if not TEST_LOOKBACK or j % 2 == 0:
         tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
         _publish(FLAGS, j * n_b + pid_b, 2)

@@ -20,8 +20,10 @@ autotuning on the user's first call:
   fused multiply-adds off, in the reference loop's order.
 
 Launches skip Triton's generic ``JITFunction.run`` after the first call for a given
-signature: a :class:`LaunchPlan` keeps the compiled kernel and calls its launcher
-directly, passing Triton's launch hooks through.
+signature: a :class:`LaunchPlan` keeps the compiled kernel and launches it with its
+arguments packed once (``cuda_launch``: one ``cuLaunchKernel`` call that writes only the
+tensors' addresses), or through Triton's own launcher where launch hooks are set or the
+packing does not apply.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 
 from .._backend import interpreting
+from . import cuda_launch
 
 
 class Config(NamedTuple):
@@ -48,6 +51,8 @@ class Config(NamedTuple):
     stages: int = 0  # > 1: software-pipeline the loads of this many tiles (``tl.range(num_stages=)``)
     unroll: int = 0  # > 1: unroll the loop over tiles this many times
     test_lookback: bool = False  # chained, tests only: make the look-back compose published pairs
+    step_scan: str = "registers"  # block, chained: scan the steps in each thread ("registers") or "shuffles"
+    lookback: int = 1  # chained: predecessors read per round trip of the look-back
 
 
 def _pow2(n: int) -> int:
@@ -60,7 +65,8 @@ _forced: Optional[dict] = None
 @contextlib.contextmanager
 def forced_config(**settings):
     """Force launch settings (``kind``, ``block_t``, ``block_b``, ``stripes``, ``steps``,
-    ``n_chunks``, ``num_warps``, ``stages``, ``unroll``, ``test_lookback``) inside a
+    ``n_chunks``, ``num_warps``, ``stages``, ``unroll``, ``test_lookback``, ``step_scan``,
+    ``lookback``) inside a
     ``with`` block. Tests use it to reach every kernel path with small shapes; the
     benchmarks use it to compare settings."""
     global _forced
@@ -214,15 +220,20 @@ class LaunchPlan:
     with ``(ins, outs, scalars)`` launches.
 
     The first launch of each phase goes through Triton's ``JITFunction`` (which compiles);
-    later ones call the compiled kernel's launcher directly. That is safe because the
+    later ones launch the compiled kernel directly, by the driver with the arguments
+    packed at the first launch (:class:`cuda_launch.PackedArgs`; the scalars are repacked
+    when they change), else by the compiled kernel's launcher. That is safe because the
     signature the plan is cached under fixes every value Triton specialises on. Launch
-    hooks are passed through as ``JITFunction.run`` passes them, except that an empty
+    hooks are passed through as ``JITFunction.run`` passes them (a set hook takes Triton's
+    launcher), except that an empty
     :class:`triton.knobs.HookChain` (the default) is passed as ``None``: there is nothing
     to call, and building the launch metadata for it costs more than the launch.
     """
 
     direct = True  # set False (with the reason) if this Triton's internals differ
     disabled_reason = ""
+    by_driver = True  # set False to launch by Triton's launcher only (the host-time script compares both)
+    driver_reason = ""  # why the last plan could not launch through the driver directly
 
     def __init__(self, spec, layout, in_strides, out_strides, init_strides, *, compute_dtype, time_contiguous,
                  exact, device, wide, init_of):
@@ -256,6 +267,9 @@ class LaunchPlan:
             self.fn = dict(stripe=stripe_kernel, block=block_kernel, chained=chained_kernel)[cfg.kind]
             if cfg.kind == "chained":
                 kwargs["TEST_LOOKBACK"] = cfg.test_lookback
+                kwargs["LOOKBACK"] = cfg.lookback
+            if cfg.kind in ("block", "chained"):
+                kwargs["STEP_SCAN"] = cfg.step_scan
             kwargs["STRIPES"] = cfg.stripes
             kwargs["STEPS"] = cfg.steps
         self.constexprs = kwargs
@@ -265,7 +279,8 @@ class LaunchPlan:
         self.strides = (in_strides, out_strides, init_strides)
         self.sizes = (T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
         self.phases = (0,) if cfg.n_chunks == 1 or cfg.kind == "chained" else (1, 2)
-        self.compiled: dict = {}  # phase -> (launcher, function, packed metadata, kernel, constexpr values)
+        # phase -> [launcher, function, packed metadata, kernel, constexpr values, PackedArgs or None]
+        self.compiled: dict = {}
         self._scalars, self._parts = None, ()
 
     def __call__(self, ins, outs, scalars) -> None:
@@ -285,7 +300,7 @@ class LaunchPlan:
                 self._direct_launch(compiled, args)
 
     def _direct_launch(self, compiled, args) -> None:
-        run, function, packed, kernel, constexpr_values = compiled
+        run, function, packed, kernel, constexpr_values, by_driver = compiled
         stream = _raw_stream(self.device.index)
         enter, leave = _runtime.launch_enter_hook, _runtime.launch_exit_hook
         if enter is not None and type(enter) is _HookChain and not enter.calls:
@@ -293,6 +308,13 @@ class LaunchPlan:
         if leave is not None and type(leave) is _HookChain and not leave.calls:
             leave = None
         args = args + constexpr_values
+        if by_driver is not None and enter is None and leave is None:
+            if by_driver.packed_from is not self._parts:
+                by_driver.pack(args)
+                by_driver.packed_from = self._parts
+            if by_driver(args, stream) == 0:
+                return
+            compiled[5] = None  # the driver refused (e.g. no current context in this thread): Triton's launcher
         meta = None if enter is None else kernel.launch_metadata(self.grid, stream, *args)
         run(self.grid[0], self.grid[1], self.grid[2], stream, function, packed, meta, enter, leave, *args)
 
@@ -309,10 +331,26 @@ class LaunchPlan:
             if kernel is None or not hasattr(kernel, "packed_metadata") or not hasattr(_runtime, "launch_enter_hook"):
                 raise RuntimeError(f"JITFunction.run returned {type(kernel).__name__}, not a compiled kernel")
             constexpr_values = tuple(kwargs[n] for n in names[len(args):])
-            self.compiled[phase] = (kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values)
+            self.compiled[phase] = [kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values,
+                                    _by_driver(kernel, args + constexpr_values, self.grid, self._parts)]
         except Exception as exc:  # noqa: BLE001 - fall back to Triton's own launch path
             LaunchPlan.direct = False
             LaunchPlan.disabled_reason = repr(exc)
+
+
+def _by_driver(kernel, args, grid, parts):
+    """The kernel's arguments packed for launches straight through the driver, or ``None``
+    where that does not apply (then Triton's launcher runs)."""
+    if not LaunchPlan.by_driver or not cuda_launch.available():
+        return None
+    try:
+        packed = cuda_launch.PackedArgs(kernel, args, grid)
+        packed.launch_kernel = cuda_launch.driver_launch()
+    except cuda_launch.Unsupported as exc:
+        LaunchPlan.driver_reason = str(exc)
+        return None
+    packed.packed_from = parts
+    return packed
 
 
 _runtime = _HookChain = _raw_stream = None
