@@ -61,6 +61,9 @@ def main():
     from triton import knobs
 
     print("launch hooks:", knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    rlscan.gae(r, v, bootstrap_value=boot, terminated=term)
+    print("driver launch:", "used" if any(c[5] is not None for p in L._PLANS.values() for c in p.compiled.values())
+          else f"not used ({L.LaunchPlan.driver_reason})")
     rows = {}
     rows["empty kernel, JITFunction.run"] = wall_time(lambda: _empty[(1,)](x))
     rows["torch.empty_like (CUDA)"] = wall_time(lambda: torch.empty_like(r))

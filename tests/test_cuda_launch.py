@@ -104,3 +104,7 @@ def test_a_parameter_of_another_width_is_refused():
     kernel.asm = {"ptx": ".entry k(\n\t.param .u32 k_param_0\n)"}
     with pytest.raises(cuda_launch.Unsupported, match="i64"):
         cuda_launch.PackedArgs(kernel, (5,), (1, 1, 1))
+
+
+def test_tuple_types_written_as_strings_are_read():
+    assert cuda_launch._tuple_type("[*fp32,i32,[i32,constexpr],[]]") == ("*fp32", "i32", ("i32", "constexpr"), ())

@@ -69,9 +69,27 @@ def _ptx_params(ptx: str) -> list:
     return [ty for _, ty in found]
 
 
+def _tuple_type(ty: str) -> tuple:
+    """A tuple's type written as a string, ``"[*fp32,i32,[i32,constexpr]]"``, as a tuple."""
+    items, depth, start = [], 0, 1
+    for i, ch in enumerate(ty):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if (ch == "," and depth == 1) or (ch == "]" and depth == 0):
+            item = ty[start:i].strip()
+            if item:
+                items.append(_tuple_type(item) if item.startswith("[") else item)
+            start = i + 1
+    return tuple(items)
+
+
 def _leaves(types, values, path=()):
     """``(type, path)`` for every non-constexpr argument, tuples flattened, in order."""
     for i, (ty, value) in enumerate(zip(types, values)):
+        if isinstance(ty, str) and ty.startswith("["):
+            ty = _tuple_type(ty)
         if isinstance(ty, tuple):
             if not isinstance(value, tuple) or len(value) != len(ty):
                 raise Unsupported(f"argument {path + (i,)} does not match its tuple type")
