@@ -10,10 +10,6 @@ NAMES = {"exact": "sequential kernel", "compile": "compiled doubling scan", "loo
          "sb3": "SB3 buffer"}
 
 
-LAUNCHES = (("driver_launch_us", "driver launch"), ("triton_launcher_us", "Triton's launcher"),
-            ("direct_launch_us", "Triton's launcher"), ("triton_launch_us", "JITFunction.run"))
-
-
 def us(x):
     return "—" if x is None else (f"{x / 1000:.2f} ms" if x >= 1000 else f"{x:.1f} µs")
 
@@ -22,9 +18,8 @@ def main(path):
     doc = json.load(open(path))
     fl = doc["floors"]
     print(f"Card: {doc['device']['name']}; torch {doc['versions']['torch']}, Triton {doc['versions']['triton']}; "
-          f"{doc['date'][:10]}. Launch floor {fl['launch_us']:.1f} µs (the fastest of: "
-          + ", ".join(f"{name} {fl[key]:.1f} µs" for key, name in LAUNCHES if key in fl)
-          + f"); copy bandwidth {fl['copy_bandwidth_GBps'] / 1000:.2f} TB/s.\n")
+          f"{doc['date'][:10]}. Launch floor {fl['launch_us']:.1f} µs (direct) / {fl['triton_launch_us']:.1f} µs "
+          f"(JITFunction.run); copy bandwidth {fl['copy_bandwidth_GBps'] / 1000:.2f} TB/s.\n")
     by_op = {}
     for cell in doc["cells"]:
         by_op.setdefault(cell["op"], []).append(cell)

@@ -2,9 +2,8 @@
 
 Triton's front end, its MLIR passes and the bundled ptxas need no device, so this catches
 what the interpreter cannot: code the interpreter runs as Python but the compiler refuses
-(non-constexpr globals, Python calls inside jit code, unsupported layouts), and checks
-that each compiled kernel's parameters are ones the driver launch can pack
-(``rlscan._triton.cuda_launch``). It launches nothing; run it whenever a kernel changes:
+(non-constexpr globals, Python calls inside jit code, unsupported layouts). It launches
+nothing; run it whenever a kernel changes:
 
     python scripts/compile_for_gpu.py          # the kernels as launched
     python scripts/compile_for_gpu.py --wide   # the same with 64-bit offsets
@@ -23,7 +22,6 @@ from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 import rlscan  # noqa: E402
 from rlscan._triton import launch as L  # noqa: E402
-from rlscan._triton.cuda_launch import PackedArgs  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 BACKEND = make_backend(TARGET)
@@ -37,9 +35,7 @@ def compile_only(fn, grid, args, kwargs):
     binder = create_function_from_signature(fn.signature, fn.params, BACKEND)
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(BACKEND, kwargs, bound, specialization, options)
-    kernel = compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
-    # the driver launch's packing must match the compiled entry's parameters
-    PackedArgs(kernel, tuple(args) + tuple(kwargs[n] for n in fn.arg_names[len(args):]), grid)
+    compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
     compiled += 1
 
 
@@ -118,6 +114,8 @@ SETTINGS = [
     ("chained", dict(kind="chained", stripes=2, steps=4, block_b=8, num_warps=1)),
     ("chained look-back", dict(kind="chained", stripes=1, steps=2, block_b=16, num_warps=1, test_lookback=True)),
     ("chained window", dict(kind="chained", stripes=1, steps=8, block_b=128, num_warps=1, lookback=4)),
+    ("chained 16 steps", dict(kind="chained", stripes=1, steps=16, block_b=8, num_warps=1, lookback=4)),
+    ("chained stripes", dict(kind="chained", stripes=64, steps=8, block_b=16, num_warps=8, step_scan="shuffles")),
     ("block by shuffles", dict(kind="block", stripes=2, steps=4, block_b=8, num_warps=1, step_scan="shuffles")),
     ("stripe pipelined", dict(kind="stripe", stripes=1, steps=1, block_b=32, num_warps=1, stages=4, n_chunks=3)),
 ]

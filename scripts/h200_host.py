@@ -1,8 +1,7 @@
 """Where the host time of one call goes, on a CUDA machine: the launch floor, tensor
 allocation, rlscan's Python checks, the launch plan, and the whole call, each timed as
-back-to-back calls with one synchronize (median of 5 rounds); then every op's whole call
-with its kernel launched by the driver (arguments packed once) and by Triton's launcher,
-side by side; then a cProfile of the whole call. Prints a table last.
+back-to-back calls with one synchronize (median of 5 rounds); then a cProfile of the
+whole call. Prints a table last.
 
     python scripts/h200_host.py [N T]
 """
@@ -28,30 +27,6 @@ def _empty(X):
     pass
 
 
-def _launchers(N, T, dev):
-    """Each op's whole call (bench inputs), its kernel launched by the driver and by Triton's
-    launcher, alternating three times; the median of each."""
-    from rlscan import _fast
-    from rlscan.bench import cases, check
-
-    times = {}
-    for name, case in cases.CASES.items():
-        inputs = cases.make_inputs(case, T, N, torch.float32, "tn", dev)
-        want, _ = check.truth(case, inputs, T, N)
-        for _ in range(3):
-            for by_driver in (True, False):
-                L.LaunchPlan.by_driver = by_driver
-                L._PLANS.clear()
-                _fast._CACHE.clear()
-                fn = lambda: case.call(rlscan, inputs)  # noqa: E731
-                err = check.relative_error(cases.outputs_of(fn()), want)
-                assert err < 1e-4, (name, by_driver, err)
-                label = f"{name}: {'driver launch' if by_driver else 'Triton launcher'}"
-                times.setdefault(label, []).append(wall_time(fn))
-    L.LaunchPlan.by_driver = True
-    return {k: sorted(v)[1] for k, v in times.items()}
-
-
 def main():
     N, T = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else (4096, 128)
     dev = torch.device("cuda")
@@ -61,9 +36,6 @@ def main():
     from triton import knobs
 
     print("launch hooks:", knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    rlscan.gae(r, v, bootstrap_value=boot, terminated=term)
-    print("driver launch:", "used" if any(c[5] is not None for p in L._PLANS.values() for c in p.compiled.values())
-          else f"not used ({L.LaunchPlan.driver_reason})")
     rows = {}
     rows["empty kernel, JITFunction.run"] = wall_time(lambda: _empty[(1,)](x))
     rows["torch.empty_like (CUDA)"] = wall_time(lambda: torch.empty_like(r))
@@ -97,7 +69,6 @@ def main():
         rows["rlscan.gae, no launch hooks"] = wall_time(gae)
     finally:
         knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook = saved
-    rows.update(_launchers(N, T, dev))
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(3000):

@@ -12,6 +12,7 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py chained_long  # the chained kernel with time across threads, few envs
     python scripts/h200_settings.py short       # many environments, short T: against the sequential layout
     python scripts/h200_settings.py registers   # steps scanned in registers or by shuffles; look-back windows
+    python scripts/h200_settings.py before_after  # the heuristic against run 15's settings for the same shapes
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -31,7 +32,7 @@ from rlscan.bench import cases, check, floors
 from h200_explore import timed_device as device_us  # noqa: E402 - this folder is on sys.path
 
 
-def _long(N: int, T: int, layout: str) -> dict:
+def _long(N: int, T: int, layout: str, op: str = "") -> dict:
     """Run 7: chunk counts, environment blocks and tile lengths around the heuristic."""
     out = {}
     for n_chunks in (256, 512, 1024, 2048, 4096):
@@ -49,7 +50,7 @@ def _long(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _pipelined(N: int, T: int, layout: str) -> dict:
+def _pipelined(N: int, T: int, layout: str, op: str = "") -> dict:
     """The heuristic's own settings and a few tile shapes, with 2-4 tiles' loads in flight."""
     base = L.choose_config(T, N, layout == "nt", False, torch.device("cuda"))
     keep = dict(kind=base.kind, block_b=base.block_b, block_t=base.block_t, stripes=base.stripes,
@@ -70,7 +71,7 @@ def _pipelined(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _many_envs(N: int, T: int, layout: str) -> dict:
+def _many_envs(N: int, T: int, layout: str, op: str = "") -> dict:
     """The sequential layout (now chosen at N >= 50561) against the tiles it replaced."""
     seq = dict(kind="stripe", block_b=128, num_warps=4)
     out = {"sequential": seq, "sequential s3": dict(seq, stages=3), "sequential s6": dict(seq, stages=6)}
@@ -84,7 +85,7 @@ def _many_envs(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _wide(N: int, T: int, layout: str) -> dict:
+def _wide(N: int, T: int, layout: str, op: str = "") -> dict:
     """Wide environment blocks (rows of 256 B to 1 KB), with time chunks for programs enough."""
     out = {}
     for bb, bt, w in ((64, 32, 4), (128, 16, 4), (128, 32, 4), (128, 32, 8), (256, 16, 8), (256, 8, 4)):
@@ -98,7 +99,7 @@ def _wide(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _blocks(N: int, T: int, layout: str) -> dict:
+def _blocks(N: int, T: int, layout: str, op: str = "") -> dict:
     """block_kernel: [steps, stripes, environments] blocks, steps in registers."""
     out = {}
     for bb, stripes, steps, w in ((16, 32, 8, 4), (16, 32, 4, 4), (32, 16, 8, 4), (64, 8, 8, 4), (128, 4, 8, 4),
@@ -109,7 +110,7 @@ def _blocks(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _block_refined(N: int, T: int, layout: str) -> dict:
+def _block_refined(N: int, T: int, layout: str, op: str = "") -> dict:
     """Around run 11's winner (block 128x1x8, one warp, ~1024 programs): steps, width, chunks."""
     out = {}
     for bb, stripes, steps, w in ((128, 1, 8, 1), (128, 1, 16, 1), (128, 1, 4, 1), (256, 1, 8, 2), (128, 2, 8, 2),
@@ -120,7 +121,7 @@ def _block_refined(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _chained(N: int, T: int, layout: str) -> dict:
+def _chained(N: int, T: int, layout: str, op: str = "") -> dict:
     """chained_kernel (one pass, decoupled look-back) against the heuristic (run 12's
     two-launch block kernel wherever N >= 4096 and T >= 512)."""
     out = {}
@@ -130,7 +131,7 @@ def _chained(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _chained_long(N: int, T: int, layout: str) -> dict:
+def _chained_long(N: int, T: int, layout: str, op: str = "") -> dict:
     """Few environments, very long T: chained blocks whose steps spread over stripes (threads)
     as well as registers, so one program covers hundreds of steps of a narrow row."""
     out = {}
@@ -142,7 +143,7 @@ def _chained_long(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _short(N: int, T: int, layout: str) -> dict:
+def _short(N: int, T: int, layout: str, op: str = "") -> dict:
     """Many environments, short T: the sequential layout and in-register blocks against the
     heuristic's tiles."""
     out = {"sequential": dict(kind="stripe", block_b=128, num_warps=4),
@@ -155,7 +156,7 @@ def _short(N: int, T: int, layout: str) -> dict:
     return out
 
 
-def _registers(N: int, T: int, layout: str) -> dict:
+def _registers(N: int, T: int, layout: str, op: str = "") -> dict:
     """The heuristic's own kernel with its steps scanned by warp shuffles (as before the
     in-register scan), and with look-back windows of 2-8 blocks; at the long shapes, the
     chained kernel with time across threads (run 17's best)."""
@@ -173,6 +174,20 @@ def _registers(N: int, T: int, layout: str) -> dict:
             out[f"chained 16x64x8 w8 look-back {window}"] = dict(chained, lookback=window)
         out["chained 16x64x8 w8 by shuffles"] = dict(chained, step_scan="shuffles")
     return out
+
+
+def _before_after(N: int, T: int, layout: str, op: str = "") -> dict:
+    """What run 15's heuristic ran for these shapes (its kernels scanned steps by shuffles)."""
+    forward = op in ("eligibility_traces", "episodic_cumsum")  # the scans forward in time
+    if N >= 4096 and T >= 512 and not forward:
+        return {"run 15": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1, step_scan="shuffles")}
+    if N >= 4096 and T >= 512:
+        return {"run 15": dict(kind="block", block_b=128, stripes=1, steps=4, num_warps=1, step_scan="shuffles",
+                               n_chunks=min(32, -(-16 * 132 // -(-N // 128))))}
+    if T <= 16:
+        return {"run 15": dict(kind="scan", block_b=64, block_t=16, num_warps=2)}
+    return {"run 15": dict(kind="scan", block_b=16, block_t=256, num_warps=4,
+                           n_chunks=min(T // 256, -(-4 * 132 // -(-N // 16)), 4096 // 16))}
 
 
 GROUPS = {
@@ -199,6 +214,11 @@ GROUPS = {
     "registers": (_registers, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
         ("gae", 16384, 512, "tn"), ("vtrace", 16384, 512, "tn"), ("gae", 16, 262144, "tn"),
         ("vtrace", 16, 262144, "tn"), ("gae", 64, 65536, "tn")]),
+    "before_after": (_before_after, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
+        (op, 16384, 16, "tn") for op in cases.CASES] + [
+        ("gae", 16384, 512, "tn"), ("vtrace", 16384, 512, "tn"), ("retrace", 16384, 512, "tn"),
+        ("gae", 16, 262144, "tn"), ("discounted_returns", 16, 262144, "tn"), ("vtrace", 16, 262144, "tn"),
+        ("retrace", 16, 262144, "tn"), ("gae", 64, 65536, "tn")]),
     "many_envs": (_many_envs, [("gae", 65536, 16, "tn"), ("gae", 65536, 128, "tn"), ("gae", 65536, 2048, "tn"),
                                ("vtrace", 65536, 128, "tn")]),
 }
@@ -217,7 +237,8 @@ def sweep(group: str) -> list:
         floor_us = cases.moved_bytes(inputs, len(want), T, N, torch.float32) / fl.bandwidth * 1e6
         shape = f"{op} {layout} {N}x{T}"
         print(f"# {shape}: heuristic {L.choose_config(T, N, layout == 'nt', False, dev)}", flush=True)
-        for label, forced in {"heuristic": {}, **variants_of(N, T, layout)}.items():
+        for label, forced in {"heuristic": {}, **variants_of(N, T, layout, op)}.items():
+            L._PLANS.clear()
             fn = lambda: case.call(rlscan, inputs)  # noqa: E731
             try:
                 with L.forced_config(**forced):
@@ -227,7 +248,11 @@ def sweep(group: str) -> list:
                 print(f"  {label:28s} failed: {repr(exc)[:200]}", flush=True)
                 continue
             rows.append((shape, label, us, us / floor_us, err))
-            print(f"  {label:28s} {us:9.1f} us  {us / floor_us:5.2f}x floor  err {err:.1e}", flush=True)
+            ran = ""
+            if label == "heuristic":  # the settings its plan kept (the first candidate that does not spill)
+                ran = " ran " + "; ".join(f"{c.kind} {c.block_b}x{c.stripes}x{c.steps} w{c.num_warps} look-back "
+                                          f"{c.lookback} {c.step_scan}" for c in (p.cfg for p in L._PLANS.values()))
+            print(f"  {label:28s} {us:9.1f} us  {us / floor_us:5.2f}x floor  err {err:.1e}{ran}", flush=True)
     return rows
 
 

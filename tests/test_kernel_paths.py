@@ -80,8 +80,8 @@ def test_chunks_with_tensor_coefficients(triton_path, op, config):
 
 
 def test_gpu_heuristic_by_shape():
-    """The measured rules of ``_gpu_config`` (docs/perf-notes.md), on an H200's 132 SMs."""
-    from rlscan._triton.launch import _gpu_config
+    """The measured rules of ``_gpu_configs`` (docs/perf-notes.md), on an H200's 132 SMs."""
+    from rlscan._triton.launch import _gpu_config, _gpu_configs
 
     sequential = lambda cfg: cfg.kind == "stripe" and cfg.stripes == 1 and cfg.steps == 1  # noqa: E731
     assert sequential(_gpu_config(8, 65536, False, 132))
@@ -89,14 +89,29 @@ def test_gpu_heuristic_by_shape():
         assert sequential(_gpu_config(T, 65536, False, 132))  # enough environments alone
         assert not sequential(_gpu_config(T, 16384, False, 132))
     for N, T in ((4096, 2048), (16384, 512), (8192, 1024)):
-        cfg = _gpu_config(T, N, False, 132, reverse=True)  # one pass, one 8-step block per program
-        assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.steps, cfg.chunk_len) == ("chained", 128, 1, 8, 8)
-        assert cfg.n_chunks == T // 8
+        for reverse in (True, False):
+            # one pass: 16 steps per thread (kernels of at most 5 series), else 8, then the
+            # settings of old (chained or block)
+            first, second, last = _gpu_configs(T, N, False, 132, reverse=reverse, series=5)
+            assert _gpu_configs(T, N, False, 132, reverse=reverse, series=6) == (second, last)
+            assert (first.kind, first.block_b, first.num_warps, first.steps, first.lookback) == (
+                "chained", 128, 1, 16, 4)
+            assert (first.chunk_len, first.n_chunks) == (16, T // 16)
+            assert (second.kind, second.steps, second.lookback, second.n_chunks) == ("chained", 8, 4, T // 8)
+            if reverse:
+                assert (last.kind, last.steps, last.lookback) == ("chained", 8, 1)
         for reverse, deterministic in ((False, False), (True, True)):
-            # forward scans, and any scan under torch.use_deterministic_algorithms: two launches
-            cfg = _gpu_config(T, N, False, 132, reverse=reverse, deterministic=deterministic)
+            # forward scans' last resort, and any scan under torch.use_deterministic_algorithms: two launches
+            cfg = _gpu_configs(T, N, False, 132, reverse=reverse, deterministic=deterministic)[-1]
             assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.steps) == ("block", 128, 1, 4)
             assert 1024 <= math.ceil(N / 128) * cfg.n_chunks <= 2112
+        assert len(_gpu_configs(T, N, False, 132, deterministic=True)) == 1
+    block, tiles = _gpu_configs(16, 16384, False, 132)  # short T: all steps in one thread, else tiles
+    assert (block.kind, block.steps, block.n_chunks, tiles.kind) == ("block", 16, 1, "scan")
+    for N, T in ((16, 262144), (64, 65536)):  # few environments, very long T: 512-step chained blocks
+        (cfg,) = _gpu_configs(T, N, False, 132)
+        assert (cfg.kind, cfg.block_b, cfg.stripes * cfg.steps, cfg.step_scan) == ("chained", 16, 512, "shuffles")
+        assert _gpu_config(T, N, False, 132, deterministic=True).kind == "scan"
     assert _gpu_config(128, 4096, False, 132).kind == "stripe"
     one_sequence = _gpu_config(1_000_000, 1, False, 132)
     assert (one_sequence.block_t, one_sequence.n_chunks > 1) == (512, True)
@@ -117,3 +132,43 @@ def test_deterministic_algorithms_key_the_launch_plans():
     finally:
         torch.use_deterministic_algorithms(False)
     assert settings_key() == before
+
+
+def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, monkeypatch):
+    """A launch plan with several candidate settings compiles them in order and keeps the
+    first whose kernel's local memory (spilled registers) is within MAX_LOCAL_BYTES; if the
+    compiled kernel cannot be inspected, the last. Then it runs the one it kept."""
+    from rlscan._triton import engine, launch
+
+    problem = make_problem("gae", (T, 3), device=triton_path.device, seed=5)
+    candidates = tuple(launch._with_chunks(launch.Config("chained", 4, 1, steps=steps, lookback=lookback), T, 1)
+                       for steps, lookback in ((4, 2), (2, 2), (2, 1)))
+    local_bytes = {4: launch.MAX_LOCAL_BYTES + 4, 2: launch.MAX_LOCAL_BYTES}
+    compiled = []
+
+    class Compiled:
+        def __init__(self, steps):
+            self.n_spills = local_bytes[steps] // 4
+
+        def _init_handles(self):
+            pass
+
+    def warmup(*args, grid, **kwargs):
+        compiled.append(kwargs["STEPS"])
+        return Compiled(kwargs["STEPS"])
+
+    monkeypatch.setattr(engine.chained_kernel, "warmup", warmup, raising=False)
+    monkeypatch.setattr(launch, "choose_configs", lambda *args, **kwargs: candidates)
+    launch._PLANS.clear()
+    with rlscan.use_backend("triton"):
+        problem.run()
+        (plan,) = launch._PLANS.values()
+        assert plan.unchecked is False and plan.cfg == candidates[0]  # the interpreter compiles nothing
+        plan.unchecked = True
+        assert_matches_reference(problem)
+        assert compiled == [4, 2] and plan.cfg == candidates[1]
+        plan.unchecked = True
+        monkeypatch.setattr(engine.chained_kernel, "warmup", lambda *a, **k: object(), raising=False)
+        assert_matches_reference(problem)
+        assert plan.cfg == candidates[2]
+    launch._PLANS.clear()

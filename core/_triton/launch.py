@@ -20,10 +20,8 @@ autotuning on the user's first call:
   fused multiply-adds off, in the reference loop's order.
 
 Launches skip Triton's generic ``JITFunction.run`` after the first call for a given
-signature: a :class:`LaunchPlan` keeps the compiled kernel and launches it with its
-arguments packed once (``cuda_launch``: one ``cuLaunchKernel`` call that writes only the
-tensors' addresses), or through Triton's own launcher where launch hooks are set or the
-packing does not apply.
+signature: a :class:`LaunchPlan` keeps the compiled kernel and calls its launcher
+directly, passing Triton's launch hooks through.
 """
 from __future__ import annotations
 
@@ -35,7 +33,6 @@ import numpy as np
 import torch
 
 from .._backend import interpreting
-from . import cuda_launch
 
 
 class Config(NamedTuple):
@@ -113,30 +110,50 @@ def _with_chunks(cfg: Config, T: int, n_chunks: int) -> Config:
     return cfg._replace(n_chunks=n, chunk_len=chunk_len, block_c=_pow2(n))
 
 
-def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device,
-                  reverse: bool = True) -> Config:
-    """Launch settings for a ``[T, B]`` problem scanned backward in time (``reverse``) or forward."""
+def choose_configs(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device,
+                   reverse: bool = True, series: int = 0) -> tuple:
+    """Launch settings for a ``[T, B]`` problem scanned backward in time (``reverse``) or
+    forward, reading and writing ``series`` tensors of ``[T, B]`` (0: unknown), in order of
+    preference: a launch plan runs the first whose compiled kernel keeps each thread's local
+    memory (spilled registers) within ``MAX_LOCAL_BYTES``, and the last regardless. Forced
+    settings replace them all."""
     if exact:
         block_b = min(128, _pow2(B))
-        cfg = Config("stripe", block_b, max(1, min(4, block_b // 32)), chunk_len=T)
+        configs = (Config("stripe", block_b, max(1, min(4, block_b // 32)), chunk_len=T),)
     elif interpreting() or device.type != "cuda":
-        cfg = Config("scan", min(16, _pow2(B)), 4, block_t=min(32, _pow2(T)), chunk_len=T)
+        configs = (Config("scan", min(16, _pow2(B)), 4, block_t=min(32, _pow2(T)), chunk_len=T),)
     else:
-        cfg = _gpu_config(T, B, time_contiguous, _sm_count(device), reverse,
-                          torch.are_deterministic_algorithms_enabled())
+        configs = _gpu_configs(T, B, time_contiguous, _sm_count(device), reverse,
+                               torch.are_deterministic_algorithms_enabled(), series)
     if _forced:
-        cfg = cfg._replace(**{k: v for k, v in _forced.items() if k != "n_chunks"})
-        cfg = _with_chunks(cfg, T, _forced.get("n_chunks", cfg.n_chunks))
-    return cfg
+        cfg = configs[0]._replace(**{k: v for k, v in _forced.items() if k != "n_chunks"})
+        configs = (_with_chunks(cfg, T, _forced.get("n_chunks", cfg.n_chunks)),)
+    return configs
+
+
+def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device,
+                  reverse: bool = True) -> Config:
+    """The preferred launch settings for a ``[T, B]`` problem (:func:`choose_configs`)."""
+    return choose_configs(T, B, time_contiguous, exact, device, reverse)[0]
 
 
 # Largest BLOCK_C * BLOCK_B tile of chunk pairs one program folds in registers.
 _MAX_CHUNK_TILE = 4096
+# Local memory per thread above which a kernel counts as spilling: GAE's chained kernel with
+# 16 steps per thread kept 192 bytes (Triton 3.7's ptxas) and ran fastest; Retrace's kept 864
+# and V-trace's 2,816, and ran 1.1x and 2.3x slower than with 8 steps (docs/perf-notes.md, run 18)
+MAX_LOCAL_BYTES = 256
 
 
 def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool = True,
                 deterministic: bool = False) -> Config:
-    """The settings that measured fastest on an H200 (docs/perf-notes.md, 2026-11-29)."""
+    """The preferred settings of :func:`_gpu_configs`."""
+    return _gpu_configs(T, B, time_contiguous, n_sm, reverse, deterministic)[0]
+
+
+def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool = True,
+                 deterministic: bool = False, series: int = 0) -> tuple:
+    """The settings that measured fastest on an H200 (docs/perf-notes.md), in order of preference."""
     if B == 1 and T >= 2**18:
         # one long sequence: 512-step tiles, about 4 chunks per SM (1 x 1,000,000: 15.5 against
         # 21.4 us with 256-step tiles; scripts/h200_settings.py long)
@@ -149,23 +166,34 @@ def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool 
         # 65536 x {16, 128, 512, 2048} (GAE; docs/benchmarks.md): with a few programs per SM
         # there is parallelism enough across environments alone
         cfg = Config("stripe", min(128, _pow2(B)), 4 if B >= 128 else 1)
-    elif B >= 4096 and T >= 512 and reverse and not deterministic:
-        # chained_kernel (one pass), one warp of 128 environments, 8 steps in each thread:
-        # 1.09-1.26x faster than the block kernel below for the 6 ops that scan backward in time
-        # at 4096 x 2048, and at 16384 x 512 and 8192 x 1024 (scripts/h200_settings.py chained);
-        # the two forward scans (traces, episodic sums) ran 4-5% slower with it. Its look-back
-        # composes a varying number of blocks, so last bits can vary run to run: under
+    elif 16 <= B <= 64 and T >= 65536 and not deterministic:
+        # few environments, very long T: chained blocks of 512 steps (64 stripes of 8) for 16
+        # environments, steps scanned by warp shuffles (the block's steps are not all in one
+        # thread): 1.13-1.51x faster than the two-launch tiles at 16 x 262144 and 64 x 65536
+        # (runs 17-18, scripts/h200_settings.py chained_long)
+        return (_with_chunks(Config("chained", 16, 8, stripes=64, steps=8, step_scan="shuffles"), T, 1),)
+    elif B >= 4096 and T >= 512 and not deterministic:
+        # chained_kernel (one pass), one warp of 128 environments, 16 steps in each thread and a
+        # look-back of 4 blocks per round trip: 1.06-1.41x faster than 8 steps at 4096 x 2048 and
+        # 16384 x 512, for scans both ways (run 18). Kernels whose steps do not fit in registers
+        # take 8 steps, and where even that spills, the settings of run 14: one block per round
+        # trip backward in time, the block kernel forward. 16 steps are tried only for kernels
+        # of at most 5 series (GAE, TD(λ), discounted returns, traces, sums, linear scan):
+        # V-trace's and Retrace's spill there, and bigger kernels take long to compile. The
+        # look-back composes a varying number of blocks, so last bits can vary run to run: under
         # torch.use_deterministic_algorithms(True) the block kernel below runs instead
-        return _with_chunks(Config("chained", 128, 1, stripes=1, steps=8), T, 1)
+        chained = Config("chained", 128, 1, stripes=1, steps=16, lookback=4)
+        last = _with_chunks(chained._replace(steps=8, lookback=1), T, 1) if reverse else _block_config(T, B, n_sm)
+        configs = (_with_chunks(chained._replace(steps=8), T, 1), last)
+        return ((_with_chunks(chained, T, 1),) if 0 < series <= 5 else ()) + configs
     elif B >= 4096 and T >= 512:
-        # block_kernel, one warp of 128 environments, 4 steps in each thread, and time chunks
-        # for ~16 programs per SM (two launches): 1.14-1.32x faster than the tiles below at
-        # 4096 x 2048, 8192 x 1024 and 16384 x 512 (scripts/h200_settings.py block_refined)
-        cfg = Config("block", 128, 1, stripes=1, steps=4)
-        b_programs = math.ceil(B / cfg.block_b)
-        return _with_chunks(cfg, T, min(32, math.ceil(16 * n_sm / b_programs)))
+        return (_block_config(T, B, n_sm),)
     elif T <= 16:
-        cfg = Config("scan", min(64, _pow2(B)), 2, block_t=16)
+        # 128 environments per one-warp program, all steps in each thread (block_kernel): 1.2-1.8x
+        # faster than the tiles below at 16384 x 16 for GAE, discounted returns, traces and the
+        # linear scan (run 18); V-trace's and Retrace's spill there and take the tiles
+        block = Config("block", min(128, _pow2(B)), 1, stripes=1, steps=_pow2(T))
+        return (_with_chunks(block, T, 1), _with_chunks(Config("scan", min(64, _pow2(B)), 2, block_t=16), T, 1))
     elif T <= 128:
         cfg = Config("stripe", min(8, _pow2(B)), 4, stripes=min(32, _pow2(math.ceil(T / 4))), steps=4)
     else:
@@ -174,9 +202,18 @@ def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool 
     want = 4 * n_sm
     n_windows = math.ceil(T / _window(cfg))
     if b_programs >= n_sm or n_windows < 4 or T < 1024:  # a second launch does not pay for short T
-        return _with_chunks(cfg, T, 1)
+        return (_with_chunks(cfg, T, 1),)
     n_chunks = min(n_windows, math.ceil(want / b_programs), max(1, _MAX_CHUNK_TILE // cfg.block_b))
-    return _with_chunks(cfg, T, n_chunks)
+    return (_with_chunks(cfg, T, n_chunks),)
+
+
+def _block_config(T: int, B: int, n_sm: int) -> Config:
+    """block_kernel, one warp of 128 environments, 4 steps in each thread, and time chunks for
+    ~16 programs per SM (two launches): 1.14-1.32x faster than the tiles at 4096 x 2048, 8192 x
+    1024 and 16384 x 512 (scripts/h200_settings.py block_refined)."""
+    cfg = Config("block", 128, 1, stripes=1, steps=4)
+    b_programs = math.ceil(B / cfg.block_b)
+    return _with_chunks(cfg, T, min(32, math.ceil(16 * n_sm / b_programs)))
 
 
 # ----------------------------------------------------------------------------- scalars
@@ -220,31 +257,38 @@ class LaunchPlan:
     with ``(ins, outs, scalars)`` launches.
 
     The first launch of each phase goes through Triton's ``JITFunction`` (which compiles);
-    later ones launch the compiled kernel directly, by the driver with the arguments
-    packed at the first launch (:class:`cuda_launch.PackedArgs`; the scalars are repacked
-    when they change), else by the compiled kernel's launcher. That is safe because the
+    later ones call the compiled kernel's launcher directly. That is safe because the
     signature the plan is cached under fixes every value Triton specialises on. Launch
-    hooks are passed through as ``JITFunction.run`` passes them (a set hook takes Triton's
-    launcher), except that an empty
+    hooks are passed through as ``JITFunction.run`` passes them, except that an empty
     :class:`triton.knobs.HookChain` (the default) is passed as ``None``: there is nothing
     to call, and building the launch metadata for it costs more than the launch.
     """
 
     direct = True  # set False (with the reason) if this Triton's internals differ
     disabled_reason = ""
-    by_driver = True  # set False to launch by Triton's launcher only (the host-time script compares both)
-    driver_reason = ""  # why the last plan could not launch through the driver directly
 
-    def __init__(self, spec, layout, in_strides, out_strides, init_strides, *, compute_dtype, time_contiguous,
-                 exact, device, wide, init_of):
-        from .engine import block_kernel, chained_kernel, scan_kernel, stripe_kernel
-
-        coeffs, emit, reverse = spec
-        T, B = layout.T, layout.B
-        self.cfg = cfg = choose_config(T, B, time_contiguous, exact, device, reverse)
+    def __init__(self, spec, layout, ins, in_strides, outs, out_strides, init_strides, *, compute_dtype,
+                 time_contiguous, exact, device, wide, init_of):
+        self.spec, self.layout = spec, layout
+        series = sum(x is not None and s[0] != 0 for x, s in zip(ins, in_strides)) + sum(o is not None for o in outs)
+        self.candidates = choose_configs(layout.T, layout.B, time_contiguous, exact, device, spec[2], series)
+        self.unchecked = len(self.candidates) > 1 and not interpreting()
         self.device = device
         self.compute_dtype = compute_dtype
         self.init_of = init_of
+        self.wide = wide
+        self.exact = exact
+        self.strides = (in_strides, out_strides, init_strides)
+        self._use(self.candidates[0])
+        self._scalars, self._parts = None, ()
+
+    def _use(self, cfg: Config) -> None:
+        """Launch with the settings ``cfg`` from now on."""
+        from .engine import block_kernel, chained_kernel, scan_kernel, stripe_kernel
+
+        coeffs, emit, reverse = self.spec
+        T, B = self.layout.T, self.layout.B
+        self.cfg = cfg
         self.grid = (math.ceil(B / cfg.block_b), cfg.n_chunks, 1)
         # scratch: the chunks' pairs; for the chained kernel, pairs and outgoing states, then
         # int32 flags and a ticket counter (zeroed on every call, from ``flags_at``)
@@ -252,12 +296,12 @@ class LaunchPlan:
         if cfg.kind == "chained":
             self.flags_at = 3 * cfg.n_chunks * B
             n_flags = cfg.n_chunks * self.grid[0] + 1
-            self.agg_numel = self.flags_at + math.ceil(32 * n_flags / torch.finfo(compute_dtype).bits)
+            self.agg_numel = self.flags_at + math.ceil(32 * n_flags / torch.finfo(self.compute_dtype).bits)
         else:
             self.agg_numel = 2 * cfg.n_chunks * B if cfg.n_chunks > 1 else 0
         kwargs = dict(
-            COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(compute_dtype), BLOCK_B=cfg.block_b,
-            BLOCK_C=cfg.block_c, TWO_LEVEL=layout.two_level, WIDE=wide,
+            COEFFS=coeffs, EMIT=emit, REVERSE=reverse, ACC=_acc_dtype(self.compute_dtype), BLOCK_B=cfg.block_b,
+            BLOCK_C=cfg.block_c, TWO_LEVEL=self.layout.two_level, WIDE=self.wide,
             STAGES=cfg.stages if cfg.stages > 1 else None, UNROLL=cfg.unroll if cfg.unroll > 1 else None,
         )
         if cfg.kind == "scan":
@@ -274,24 +318,45 @@ class LaunchPlan:
             kwargs["STEPS"] = cfg.steps
         self.constexprs = kwargs
         self.options = dict(num_warps=cfg.num_warps)
-        if exact:
+        if self.exact:
             self.options["enable_fp_fusion"] = False
-        self.strides = (in_strides, out_strides, init_strides)
-        self.sizes = (T, B, layout.B_lo, cfg.chunk_len, cfg.n_chunks)
+        self.sizes = (T, B, self.layout.B_lo, cfg.chunk_len, cfg.n_chunks)
         self.phases = (0,) if cfg.n_chunks == 1 or cfg.kind == "chained" else (1, 2)
-        # phase -> [launcher, function, packed metadata, kernel, constexpr values, PackedArgs or None]
-        self.compiled: dict = {}
-        self._scalars, self._parts = None, ()
+        self.compiled: dict = {}  # phase -> (launcher, function, packed metadata, kernel, constexpr values)
 
-    def __call__(self, ins, outs, scalars) -> None:
-        if scalars is not self._scalars:  # the fast path passes the same tuple on every call
-            self._scalars, self._parts = scalars, tuple(split(float(x)) for x in scalars)
+    def _args(self, ins, outs) -> tuple:
+        """The kernel's positional arguments for one call (with fresh scratch)."""
         in_strides, out_strides, init_strides = self.strides
         init = None if self.init_of is None else ins[self.init_of]
         agg = torch.empty(self.agg_numel, dtype=self.compute_dtype, device=self.device) if self.agg_numel else None
         if self.flags_at is not None:
             agg[self.flags_at:].zero_()
-        args = (ins, in_strides, outs, out_strides, self._parts, init, init_strides, agg) + self.sizes
+        return (ins, in_strides, outs, out_strides, self._parts, init, init_strides, agg) + self.sizes
+
+    def _pick_by_local_memory(self, ins, outs) -> None:
+        """Use the first candidate whose compiled kernel keeps at most ``MAX_LOCAL_BYTES`` of
+        local memory per thread (compiled, not run; Triton caches it for the first launch),
+        else the last. Where the compiled kernel cannot be inspected, the last."""
+        self.unchecked = False
+        for cfg in self.candidates[:-1]:
+            self._use(cfg)
+            try:
+                kernel = self.fn.warmup(*self._args(ins, outs), grid=self.grid[:2],
+                                        **dict(self.constexprs, PHASE=self.phases[0], **self.options))
+                kernel._init_handles()
+                local_bytes = 4 * kernel.n_spills  # Triton reports the local memory size / 4
+            except Exception:  # noqa: BLE001 - no inspection: the last candidate (the settings of old)
+                break
+            if local_bytes <= MAX_LOCAL_BYTES:
+                return
+        self._use(self.candidates[-1])
+
+    def __call__(self, ins, outs, scalars) -> None:
+        if scalars is not self._scalars:  # the fast path passes the same tuple on every call
+            self._scalars, self._parts = scalars, tuple(split(float(x)) for x in scalars)
+        if self.unchecked:
+            self._pick_by_local_memory(ins, outs)
+        args = self._args(ins, outs)
         for phase in self.phases:
             compiled = self.compiled.get(phase)
             if compiled is None or interpreting():
@@ -300,7 +365,7 @@ class LaunchPlan:
                 self._direct_launch(compiled, args)
 
     def _direct_launch(self, compiled, args) -> None:
-        run, function, packed, kernel, constexpr_values, by_driver = compiled
+        run, function, packed, kernel, constexpr_values = compiled
         stream = _raw_stream(self.device.index)
         enter, leave = _runtime.launch_enter_hook, _runtime.launch_exit_hook
         if enter is not None and type(enter) is _HookChain and not enter.calls:
@@ -308,13 +373,6 @@ class LaunchPlan:
         if leave is not None and type(leave) is _HookChain and not leave.calls:
             leave = None
         args = args + constexpr_values
-        if by_driver is not None and enter is None and leave is None:
-            if by_driver.packed_from is not self._parts:
-                by_driver.pack(args)
-                by_driver.packed_from = self._parts
-            if by_driver(args, stream) == 0:
-                return
-            compiled[5] = None  # the driver refused (e.g. no current context in this thread): Triton's launcher
         meta = None if enter is None else kernel.launch_metadata(self.grid, stream, *args)
         run(self.grid[0], self.grid[1], self.grid[2], stream, function, packed, meta, enter, leave, *args)
 
@@ -331,26 +389,10 @@ class LaunchPlan:
             if kernel is None or not hasattr(kernel, "packed_metadata") or not hasattr(_runtime, "launch_enter_hook"):
                 raise RuntimeError(f"JITFunction.run returned {type(kernel).__name__}, not a compiled kernel")
             constexpr_values = tuple(kwargs[n] for n in names[len(args):])
-            self.compiled[phase] = [kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values,
-                                    _by_driver(kernel, args + constexpr_values, self.grid, self._parts)]
+            self.compiled[phase] = (kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values)
         except Exception as exc:  # noqa: BLE001 - fall back to Triton's own launch path
             LaunchPlan.direct = False
             LaunchPlan.disabled_reason = repr(exc)
-
-
-def _by_driver(kernel, args, grid, parts):
-    """The kernel's arguments packed for launches straight through the driver, or ``None``
-    where that does not apply (then Triton's launcher runs)."""
-    if not LaunchPlan.by_driver or not cuda_launch.available():
-        return None
-    try:
-        packed = cuda_launch.PackedArgs(kernel, args, grid)
-        packed.launch_kernel = cuda_launch.driver_launch()
-    except cuda_launch.Unsupported as exc:
-        LaunchPlan.driver_reason = str(exc)
-        return None
-    packed.packed_from = parts
-    return packed
 
 
 _runtime = _HookChain = _raw_stream = None
@@ -388,7 +430,7 @@ def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype,
     under it."""
     device = next(o for o in outs if o is not None).device
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
-    plan = LaunchPlan(spec, layout, in_strides, out_strides, init_strides, compute_dtype=compute_dtype,
+    plan = LaunchPlan(spec, layout, ins, in_strides, outs, out_strides, init_strides, compute_dtype=compute_dtype,
                       time_contiguous=time_contiguous, exact=exact, device=device, wide=wide, init_of=init_of)
     if signature is not None:
         if len(_PLANS) >= 4096:

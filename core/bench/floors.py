@@ -1,9 +1,8 @@
 """Floors measured in the same run: no call can beat them.
 
-* launch floor: on a GPU, the full-call time of an empty Triton kernel, launched through
-  Triton's own path (``JITFunction.run``), through the compiled kernel's launcher, and
-  through rlscan's driver launch (arguments packed once, one ``cuLaunchKernel``); the
-  fastest counts. On the CPU, the call of an empty numba function.
+* launch floor: on a GPU, the full-call time of an empty Triton kernel, launched both
+  through Triton's own path and through rlscan's direct launch; the faster counts. On
+  the CPU, the call of an empty numba function.
 * copy bandwidth: the device-to-device copy rate, ``2 × bytes / time``, of a plain
   Triton copy kernel and of ``Tensor.copy_`` over ~1 GB (the faster counts); on the
   CPU, ``Tensor.copy_`` over 256 MB.
@@ -83,10 +82,9 @@ def _launch_floor(device: torch.device, empty_kernel):
     x = torch.empty(1, device=device)
     sync = timing.synchronizer(device)
     ways = {"triton_launch_us": lambda: empty_kernel[(1,)](x)}
-    for name, by_driver in (("triton_launcher_us", False), ("driver_launch_us", True)):
-        direct = _direct_launch(empty_kernel, x, by_driver)
-        if direct is not None:
-            ways[name] = direct
+    direct = _direct_launch(empty_kernel, x)
+    if direct is not None:
+        ways["direct_launch_us"] = direct
     detail = {}
     for name, fn in ways.items():
         for _ in range(50):
@@ -119,10 +117,9 @@ def _copy_bandwidth(device: torch.device, copy_kernel, nbytes: int):
     return max(detail["torch_copy_GBps"], detail["triton_copy_GBps"]) * 1e9, detail
 
 
-def _direct_launch(empty_kernel, x: torch.Tensor, by_driver: bool):
-    """The empty kernel through rlscan's direct launch path as ``LaunchPlan`` takes it:
-    by the driver with its arguments packed once (``by_driver``), or by the compiled
-    kernel's own launcher; None where this Triton or machine does not allow it."""
+def _direct_launch(empty_kernel, x: torch.Tensor):
+    """The empty kernel through rlscan's direct launch path (the compiled kernel's own
+    launcher, as ``LaunchPlan`` calls it), or None where this Triton does not allow it."""
     try:
         from types import SimpleNamespace
 
@@ -132,16 +129,11 @@ def _direct_launch(empty_kernel, x: torch.Tensor, by_driver: bool):
         if kernel is None or not hasattr(kernel, "packed_metadata"):
             return None
         L._load_launch_internals()
-        plan = SimpleNamespace(grid=(1, 1, 1), device=x.device, _parts=())
-        packed = L._by_driver(kernel, (x,), plan.grid, ()) if by_driver else None
-        if by_driver and packed is None:
-            return None
-        compiled = [kernel.run, kernel.function, kernel.packed_metadata, kernel, (), packed]
+        plan = SimpleNamespace(grid=(1, 1, 1), device=x.device)
+        compiled = (kernel.run, kernel.function, kernel.packed_metadata, kernel, ())
         launch = lambda: L.LaunchPlan._direct_launch(plan, compiled, (x,))  # noqa: E731
         launch()
         torch.cuda.synchronize()
-        if by_driver and compiled[5] is None:
-            return None  # the driver refused the launch
         return launch
     except Exception:  # noqa: BLE001 - the direct path is an optimisation; Triton's own path still counts
         timing._recover()

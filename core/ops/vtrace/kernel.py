@@ -24,20 +24,21 @@ def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     rho_bar = tl.minimum(rho, scalar(scalars[2], ACC), propagate_nan=tl.PropagateNan.ALL)
     c = lmbda * tl.minimum(rho, scalar(scalars[3], ACC), propagate_nan=tl.PropagateNan.ALL)
     delta = rho_bar * (r + gamma * v_next * nu - v)
-    return delta, gamma * c * kappa, (r, v, v_next, v_ahead, rho, gamma, nu, kappa)
+    # what pg needs, in as few values as it can be kept (they stay in registers until the emit)
+    rho_pg = tl.minimum(rho, scalar(scalars[4], ACC), propagate_nan=tl.PropagateNan.ALL)
+    inside = kappa != 0
+    return delta, gamma * c * kappa, (r, v, gamma * nu, rho_pg, tl.where(inside, v_ahead, v_next), inside)
 
 
 @triton.jit
 def emit(outs, s, scalars, A, A_in, keep, tile, T):
     """``vs_t = V_t + A_t``; ``pg_t = ρ̄ᵖᵍ_t (r_t + γ_t ν_t v̂_t − V_t)`` with
-    ``v̂_t = vs_{t+1}`` inside the episode and ``V'_t`` where the trace is cut."""
+    ``v̂_t = vs_{t+1} = V_{t+1} + A_{t+1}`` inside the episode and ``V'_t`` where the trace is cut."""
     VS, PG = outs
-    r, v, v_next, v_ahead, rho, gamma, nu, kappa = keep
+    r, v, gamma_nu, rho_pg, v_after, inside = keep
     store(VS, s, tile, v + A)
-    vs_ahead = v_ahead + A_in  # vs_{t+1} = V_{t+1} + A_{t+1}
-    v_hat = tl.where(kappa != 0, vs_ahead, v_next)
-    rho_pg = tl.minimum(rho, scalar(scalars[4], A.dtype), propagate_nan=tl.PropagateNan.ALL)
-    store(PG, s, tile, rho_pg * (r + gamma * nu * v_hat - v))
+    v_hat = tl.where(inside, v_after + A_in, v_after)
+    store(PG, s, tile, rho_pg * (r + gamma_nu * v_hat - v))
 
 
 # ----------------------------------------------------------------------------- backward
