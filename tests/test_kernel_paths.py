@@ -106,8 +106,10 @@ def test_gpu_heuristic_by_shape():
             assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.steps) == ("block", 128, 1, 4)
             assert 1024 <= math.ceil(N / 128) * cfg.n_chunks <= 2112
         assert len(_gpu_configs(T, N, False, 132, deterministic=True)) == 1
-    block, tiles = _gpu_configs(16, 16384, False, 132)  # short T: all steps in one thread, else tiles
+    block, tiles = _gpu_configs(16, 16384, False, 132, series=5)  # short T: all steps in one thread, else tiles
     assert (block.kind, block.steps, block.n_chunks, tiles.kind) == ("block", 16, 1, "scan")
+    assert _gpu_configs(16, 16384, False, 132, series=7) == (tiles,)
+    assert _gpu_configs(16, 1024, False, 132, series=5)[0].kind == "scan"
     for N, T in ((16, 262144), (64, 65536)):  # few environments, very long T: 512-step chained blocks
         (cfg,) = _gpu_configs(T, N, False, 132)
         assert (cfg.kind, cfg.block_b, cfg.stripes * cfg.steps, cfg.step_scan) == ("chained", 16, 512, "shuffles")

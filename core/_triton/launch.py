@@ -188,12 +188,14 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         return ((_with_chunks(chained, T, 1),) if 0 < series <= 5 else ()) + configs
     elif B >= 4096 and T >= 512:
         return (_block_config(T, B, n_sm),)
-    elif T <= 16:
+    elif T <= 16 and B >= 4096 and 0 < series <= 5:
         # 128 environments per one-warp program, all steps in each thread (block_kernel): 1.2-1.8x
-        # faster than the tiles below at 16384 x 16 for GAE, discounted returns, traces and the
-        # linear scan (run 18); V-trace's and Retrace's spill there and take the tiles
-        block = Config("block", min(128, _pow2(B)), 1, stripes=1, steps=_pow2(T))
-        return (_with_chunks(block, T, 1), _with_chunks(Config("scan", min(64, _pow2(B)), 2, block_t=16), T, 1))
+        # faster than the tiles below at 16384 x 16 for the six ops of at most 5 series (runs
+        # 18-19); V-trace's spilled there, and Retrace's ran 1.5x slower than the tiles
+        block = Config("block", 128, 1, stripes=1, steps=_pow2(T))
+        return (_with_chunks(block, T, 1), _with_chunks(Config("scan", 64, 2, block_t=16), T, 1))
+    elif T <= 16:
+        cfg = Config("scan", min(64, _pow2(B)), 2, block_t=16)
     elif T <= 128:
         cfg = Config("stripe", min(8, _pow2(B)), 4, stripes=min(32, _pow2(math.ceil(T / 4))), steps=4)
     else:
