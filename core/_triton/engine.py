@@ -23,8 +23,8 @@ carrying the state in registers, so registers stay fixed whatever ``T`` is:
   it is the sequential (``exact``) kernel.
 * ``block_kernel`` does the stripe kernel's work on ``[STEPS, STRIPES, BLOCK_B]`` blocks
   held in registers (each input read once): loads of 4 contiguous environments make the
-  compiler keep each thread's steps in its registers, so the scan over steps needs no
-  other thread.
+  compiler keep each thread's steps in its registers, and the steps are scanned one after
+  another there (``_scan_in_thread``), with no other thread.
 * ``chained_kernel`` scans one such block per program, in a single launch, chaining the
   blocks across time by a decoupled look-back (see its docstring).
 

@@ -1,19 +1,23 @@
 """Choosing launch settings for a shape, and launching the scan engine.
 
 The strategy per shape is chosen by a measured heuristic (docs/perf-notes.md), never by
-autotuning on the user's first call:
+autotuning on the user's first call. Where it lists several settings, a launch plan
+compiles them in order (without running them) and keeps the first whose kernel does not
+spill registers:
 
 * inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps (512
   for one very long sequence);
 * inputs contiguous along environments (``[T, N]``): one step at a time (128 environments
   per program) for ``T <= 8`` and wherever that alone makes three programs per SM
   (``N >= 50561`` on an H200); for ``N >= 4096, T >= 512``, 128 environments per one-warp
-  program with steps kept in each thread: ``chained_kernel`` (one pass, 8-step blocks
-  chained by a decoupled look-back) for scans backward in time, ``block_kernel`` (4 steps,
-  time chunks for ~16 programs per SM, two launches) for scans forward;
+  program with steps kept in each thread: ``chained_kernel`` (one pass, blocks of 16 steps
+  chained by a decoupled look-back that reads 4 predecessors at a time; 8 steps where 16
+  spill; then one predecessor at a time backward in time, ``block_kernel`` forward); for
+  ``N >= 4096, T <= 16``, ``block_kernel`` with every step in one thread; for 16-64
+  environments and ``T >= 65536``, ``chained_kernel`` with 512-step blocks across threads;
   otherwise by ``T``: 16-step tiles for ``T <= 16``, stripes of 4 steps up to ``T = 128``,
   and ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
-  beyond;
+  beyond; under ``torch.use_deterministic_algorithms(True)``, never ``chained_kernel``;
 * too few environments to fill the GPU and ``T >= 1024``: time is also split into
   chunks run by separate programs, in two launches (reduce the chunks, then fold and emit);
 * ``exact``: the stripe kernel with one step per stripe (a plain sequential loop) and
