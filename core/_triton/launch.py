@@ -173,8 +173,9 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
     elif 16 <= B <= 64 and T >= 65536 and not deterministic:
         # few environments, very long T: chained blocks of 512 steps (64 stripes of 8) for 16
         # environments, steps scanned by warp shuffles (the block's steps are not all in one
-        # thread): 1.13-1.51x faster than the two-launch tiles at 16 x 262144 and 64 x 65536
-        # (runs 17-18, scripts/h200_settings.py chained_long)
+        # thread): against the two-launch tiles, 1.12-1.33x faster for GAE, V-trace and Retrace
+        # at 16 x 262144 and 1.52x for GAE at 64 x 65536, 3% slower for discounted returns
+        # (run 19, scripts/h200_settings.py before_after; runs 17-18 alike)
         return (_with_chunks(Config("chained", 16, 8, stripes=64, steps=8, step_scan="shuffles"), T, 1),)
     elif B >= 4096 and T >= 512 and not deterministic:
         # chained_kernel (one pass), one warp of 128 environments, 16 steps in each thread and a
@@ -262,7 +263,9 @@ class LaunchPlan:
     strides, dtypes, pointer alignment, settings), prepared once and reused; calling it
     with ``(ins, outs, scalars)`` launches.
 
-    The first launch of each phase goes through Triton's ``JITFunction`` (which compiles);
+    Where the heuristic offers several settings (``candidates``), the first call picks one
+    by compiling them in order (:meth:`_pick_by_local_memory`). The first launch of each
+    phase goes through Triton's ``JITFunction`` (which compiles);
     later ones call the compiled kernel's launcher directly. That is safe because the
     signature the plan is cached under fixes every value Triton specialises on. Launch
     hooks are passed through as ``JITFunction.run`` passes them, except that an empty
