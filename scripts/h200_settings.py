@@ -236,7 +236,7 @@ def sweep(group: str) -> list:
         want, _ = check.truth(case, inputs, T, N)
         floor_us = cases.moved_bytes(inputs, len(want), T, N, torch.float32) / fl.bandwidth * 1e6
         shape = f"{op} {layout} {N}x{T}"
-        print(f"# {shape}: heuristic {L.choose_config(T, N, layout == 'nt', False, dev)}", flush=True)
+        print(f"# {shape}", flush=True)  # the settings the heuristic ran are printed on its row
         for label, forced in {"heuristic": {}, **variants_of(N, T, layout, op)}.items():
             L._PLANS.clear()
             fn = lambda: case.call(rlscan, inputs)  # noqa: E731
