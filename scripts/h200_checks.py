@@ -1,6 +1,6 @@
 """The checks that need a GPU (CI has none): CUDA-graph capture, torch.compile on CUDA,
-gradients against the CPU path (retrace_from_q's too), backward speed and the backward kernels' launch settings,
-the Retrace cliff, determinism, memory growth, long horizons, and the CPU/GPU crossover for
+gradients against the CPU path (retrace_from_q's too), backward speed and the backward
+kernels' launch settings, the Retrace cliff, determinism, memory growth, long horizons, and the CPU/GPU crossover for
 host-resident buffers (the SB3 adapter's choice). Prints a table last; writes JSON to
 $OUT (or ./bench-out). Name steps to run only those:
 
@@ -382,8 +382,8 @@ def main():
     result = {}
     import sys
 
-    steps = (cuda_graphs, compiled, gradients_vs_cpu, retrace_from_q_gradients, backward_speed, backward_settings, retrace_cliff, determinism,
-             memory, long_horizon)
+    steps = (cuda_graphs, compiled, gradients_vs_cpu, retrace_from_q_gradients, backward_speed, backward_settings,
+             retrace_cliff, determinism, memory, long_horizon)
     only = sys.argv[1:]
     if only:
         steps = tuple(s for s in steps if s.__name__ in only)

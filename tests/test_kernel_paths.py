@@ -56,7 +56,8 @@ def test_kernel_path(triton_path, op, config):
 
 
 @pytest.mark.parametrize("op", OP_NAMES)
-@pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back", "chained-window"])
+@pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back",
+                                    "chained-window"])
 @pytest.mark.parametrize("layout", ["time-last", "two-groups"])
 def test_kernel_path_layouts(triton_path, op, config, layout):
     problem = _problem(op, layout, triton_path.device, seed=len(config) + len(layout))

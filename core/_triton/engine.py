@@ -601,7 +601,8 @@ def chained_kernel(
     t_hi = tl.minimum(t_lo + chunk_len, T)
     a, k, ia, ik, out_a, out_k, tile, keep = _block(
         ins, in_strides, scalars, t_lo + _block_axes(STRIPES, STEPS, WIDE), tl.expand_dims(b_hi, 0),
-        tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B, STEP_SCAN)
+        tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B,
+        STEP_SCAN)
     if j == 0:
         carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
     else:
