@@ -1,8 +1,8 @@
 """The checks that need a GPU (CI has none): CUDA-graph capture, torch.compile on CUDA,
 gradients against the CPU path (retrace_from_q's too), backward speed and the backward
-kernels' launch settings, the Retrace cliff, determinism, memory growth, long horizons, and the CPU/GPU crossover for
-host-resident buffers (the SB3 adapter's choice). Prints a table last; writes JSON to
-$OUT (or ./bench-out). Name steps to run only those:
+kernels' launch settings, the Retrace cliff, determinism, memory growth, long horizons,
+and the CPU/GPU crossover for host-resident buffers (the SB3 adapter's choice). Prints a
+table last; writes JSON to $OUT (or ./bench-out). Name steps to run only those:
 
     python scripts/h200_checks.py [cuda_graphs compiled gradients_vs_cpu backward_speed ...]
 """
