@@ -113,7 +113,7 @@ SETTINGS = [
     ("block chunked", dict(kind="block", stripes=2, steps=8, block_b=16, num_warps=1, n_chunks=3)),
     ("chained", dict(kind="chained", stripes=2, steps=4, block_b=8, num_warps=1)),
     ("chained look-back", dict(kind="chained", stripes=1, steps=2, block_b=16, num_warps=1, test_lookback=True)),
-    ("chained window", dict(kind="chained", stripes=1, steps=8, block_b=128, num_warps=1, lookback=4)),
+    ("chained window", dict(kind="chained", stripes=1, steps=8, block_b=16, num_warps=1, lookback=4)),
     ("chained 16 steps", dict(kind="chained", stripes=1, steps=16, block_b=8, num_warps=1, lookback=4)),
     ("chained stripes", dict(kind="chained", stripes=64, steps=8, block_b=16, num_warps=8, step_scan="shuffles")),
     ("block by shuffles", dict(kind="block", stripes=2, steps=4, block_b=8, num_warps=1, step_scan="shuffles")),
