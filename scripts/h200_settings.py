@@ -157,13 +157,11 @@ def _short(N: int, T: int, layout: str, op: str = "") -> dict:
 
 
 def _registers(N: int, T: int, layout: str, op: str = "") -> dict:
-    """The heuristic's own kernel with its steps scanned by warp shuffles (as before the
-    in-register scan), and with look-back windows of 2-8 blocks; at the long shapes, the
-    chained kernel with time across threads (run 17's best)."""
-    base = L.choose_config(T, N, layout == "nt", False, torch.device("cuda"))
-    keep = dict(kind=base.kind, block_b=base.block_b, stripes=base.stripes, steps=base.steps,
-                num_warps=base.num_warps, n_chunks=base.n_chunks)
-    out = {"heuristic by shuffles": dict(keep, step_scan="shuffles")}
+    """Run 15's settings, steps scanned by warp shuffles (run 18 ran them as the heuristic
+    of the day, its log calls them "heuristic by shuffles"), against the chained kernel with
+    look-back windows of 2-8 blocks; at the long shapes, the chained kernel with time across
+    threads (run 17's best)."""
+    out = {"heuristic by shuffles": _before_after(N, T, layout, op)["run 15"]}
     if N >= 4096:
         chained = dict(kind="chained", block_b=128, stripes=1, num_warps=1)
         for steps, window in ((8, 1), (8, 2), (8, 4), (8, 8), (4, 4), (16, 4)):
