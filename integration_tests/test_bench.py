@@ -66,6 +66,22 @@ def test_quick_run_writes_json_and_png(tmp_path):
     assert cells[0]["moved_bytes"] == 8 * 16 * (4 + 4 + 1) + 8 * 4 + 2 * 8 * 16 * 4
 
 
+def test_the_plot_draws_the_alternatives_that_ran():
+    """``--alternatives exact`` (no loop, no compiled scan) still draws a line per N."""
+    from rlscan.bench import report
+
+    def cell(**full_us):
+        impls = {key: dict(status="ok", full_us=us) for key, us in full_us.items()}
+        return dict(op="gae", N=8, T=16, impls=impls)
+
+    preferred = ("loop_torch", "compile", "exact")
+    assert report.lines_to_draw([cell(rlscan=2.0, exact=4.0)], preferred) == ("exact", None)
+    assert report.lines_to_draw([cell(rlscan=2.0, exact=4.0, compile=8.0)], preferred) == ("compile", "exact")
+    assert report.lines_to_draw([cell(rlscan=2.0, loop_torch=1.0, compile=8.0, exact=4.0)], preferred) == (
+        "loop_torch", "compile")
+    assert report.lines_to_draw([cell(rlscan=2.0)], preferred) == (None, None)
+
+
 @pytest.mark.parametrize("layout", ["tn", "nt"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("op", list(cases.CASES))

@@ -13,6 +13,10 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py short       # many environments, short T: against the sequential layout
     python scripts/h200_settings.py registers   # steps scanned in registers or by shuffles; look-back windows
     python scripts/h200_settings.py before_after  # the heuristic against run 15's settings for the same shapes
+    python scripts/h200_settings.py small       # short T, up to 16384 environments: narrower tiles
+    python scripts/h200_settings.py heavy       # V-trace and Retrace: the heuristic against run 20's settings
+    python scripts/h200_settings.py narrow      # [T, N]: chained blocks of 32-64 environments
+    python scripts/h200_settings.py few_long    # few environments: look-back windows, longer blocks
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -174,6 +178,47 @@ def _registers(N: int, T: int, layout: str, op: str = "") -> dict:
     return out
 
 
+def _narrow(N: int, T: int, layout: str, op: str = "") -> dict:
+    """Chained blocks narrower than 128 environments (64: 2 per thread, 32: 1 per thread), so
+    that fewer registers hold each block and more, shorter chains run at once. (Run 21 also
+    read the look-back's flags by plain acquire loads: wrong results with windows, since the
+    lanes that read the flags are not those that read the pairs; 1-3% with one at a time.)"""
+    out = {}
+    for bb, steps, window in ((64, 16, 4), (64, 8, 4), (64, 32, 4), (64, 16, 8), (32, 16, 4), (32, 32, 4)):
+        out[f"chained {bb}x1x{steps} look-back {window}"] = dict(
+            kind="chained", block_b=bb, stripes=1, steps=steps, num_warps=1, lookback=window)
+    return out
+
+
+def _few_long(N: int, T: int, layout: str, op: str = "") -> dict:
+    """Few environments, very long T: the chained blocks of 16 environments across stripes,
+    with look-back windows and longer blocks (fewer links per chain)."""
+    out = {}
+    for stripes, steps, warps, window, scan in (
+            (64, 8, 8, 4, "shuffles"), (64, 8, 8, 8, "shuffles"), (64, 8, 8, 16, "shuffles"),
+            (64, 8, 8, 4, "registers"), (128, 8, 16, 4, "shuffles"), (64, 16, 8, 4, "shuffles"),
+            (32, 8, 4, 4, "shuffles")):
+        out[f"chained 16x{stripes}x{steps} w{warps} look-back {window} {scan}"] = dict(
+            kind="chained", block_b=16, stripes=stripes, steps=steps, num_warps=warps, lookback=window,
+            step_scan=scan)
+    return out
+
+
+def _small(N: int, T: int, layout: str, op: str = "") -> dict:
+    """Short T, too few environments to fill the GPU with 64-environment tiles: narrower tiles,
+    more programs (the whole-grid run 24 had V-trace at 64 x 16 in 5.05 us and at 8 x 16, one
+    8-environment program, in 2.27 us)."""
+    return {f"scan {bb}x{min(16, T)} w{w}": dict(kind="scan", block_b=bb, block_t=min(16, T), num_warps=w)
+            for bb, w in ((8, 1), (16, 1), (32, 1), (32, 2))}
+
+
+def _heavy(N: int, T: int, layout: str, op: str = "") -> dict:
+    """What run 20's heuristic ran for V-trace and Retrace at ``N >= 4096, T >= 512`` (128
+    environments per program, 8 steps, look-back of 1 and 4), against the heuristic."""
+    return {"run 20": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1,
+                           lookback=1 if op == "vtrace" else 4)}
+
+
 def _before_after(N: int, T: int, layout: str, op: str = "") -> dict:
     """What run 15's heuristic ran for these shapes (its kernels scanned steps by shuffles)."""
     forward = op in ("eligibility_traces", "episodic_cumsum")  # the scans forward in time
@@ -212,6 +257,13 @@ GROUPS = {
     "registers": (_registers, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
         ("gae", 16384, 512, "tn"), ("vtrace", 16384, 512, "tn"), ("gae", 16, 262144, "tn"),
         ("vtrace", 16, 262144, "tn"), ("gae", 64, 65536, "tn")]),
+    "narrow": (_narrow, [(op, 4096, 2048, "tn") for op in ("gae", "discounted_returns", "vtrace", "retrace")] + [
+        (op, 16384, 512, "tn") for op in ("vtrace", "retrace")]),
+    "few_long": (_few_long, [(op, 16, 262144, "tn") for op in ("gae", "discounted_returns", "vtrace", "retrace")] + [
+        ("gae", 64, 65536, "tn")]),
+    "small": (_small, [(op, N, 16, "tn") for op in ("vtrace", "gae", "retrace") for N in (64, 512, 4096, 16384)] + [
+        (op, N, 8, "tn") for op in ("vtrace", "gae") for N in (64, 4096)]),
+    "heavy": (_heavy, [(op, N, T, "tn") for op in ("vtrace", "retrace") for N, T in ((4096, 2048), (16384, 512))]),
     "before_after": (_before_after, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
         (op, 16384, 16, "tn") for op in cases.CASES] + [
         ("gae", 16384, 512, "tn"), ("vtrace", 16384, 512, "tn"), ("retrace", 16384, 512, "tn"),

@@ -94,7 +94,13 @@ def test_gpu_heuristic_by_shape():
             # one pass: 16 steps per thread (kernels of at most 5 series), else 8, then the
             # settings of old (chained or block)
             first, second, last = _gpu_configs(T, N, False, 132, reverse=reverse, series=5)
-            assert _gpu_configs(T, N, False, 132, reverse=reverse, series=6) == (second, last)
+            heavy = _gpu_configs(T, N, False, 132, reverse=reverse, series=6)
+            if reverse:  # heavier kernels backward in time: 64 environments per program first
+                narrow = heavy[0]
+                assert (narrow.kind, narrow.block_b, narrow.num_warps, narrow.steps, narrow.lookback) == (
+                    "chained", 64, 1, 16, 4)
+                heavy = heavy[1:]
+            assert heavy == (second, last)
             assert (first.kind, first.block_b, first.num_warps, first.steps, first.lookback) == (
                 "chained", 128, 1, 16, 4)
             assert (first.chunk_len, first.n_chunks) == (16, T // 16)
@@ -110,7 +116,13 @@ def test_gpu_heuristic_by_shape():
     block, tiles = _gpu_configs(16, 16384, False, 132, series=5)  # short T: all steps in one thread, else tiles
     assert (block.kind, block.steps, block.n_chunks, tiles.kind) == ("block", 16, 1, "scan")
     assert _gpu_configs(16, 16384, False, 132, series=7) == (tiles,)
-    assert _gpu_configs(16, 1024, False, 132, series=5)[0].kind == "scan"
+    assert (tiles.block_b, tiles.num_warps, tiles.block_t) == (16, 1, 16)
+    for N, T in ((64, 8), (4096, 8), (512, 16), (4096, 16)):  # short T, fewer environments: 8-wide tiles
+        for series in (5, 8):
+            (cfg,) = _gpu_configs(T, N, False, 132, series=series)
+            assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.block_t, cfg.n_chunks) == ("scan", 8, 1, T, 1)
+    assert _gpu_config(8, 16384, False, 132).kind == "stripe"  # the sequential layout from 16384 environments
+    assert _gpu_config(4, 4096, False, 132).kind == "stripe"  # and below 8 steps
     for N, T in ((16, 262144), (64, 65536)):  # few environments, very long T: 512-step chained blocks
         (cfg,) = _gpu_configs(T, N, False, 132)
         assert (cfg.kind, cfg.block_b, cfg.stripes * cfg.steps, cfg.step_scan) == ("chained", 16, 512, "shuffles")

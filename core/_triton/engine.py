@@ -64,8 +64,13 @@ def offsets(s, t, tile):
     off = t * s[0] + tile[1] * s[1] + tile[2] * s[2]
     if len(off.shape) == 3:
         # a block_kernel block: at most 4 contiguous environments per thread, so that the
-        # compiler spreads environments and stripes across all threads and keeps steps in each
-        off = tl.max_contiguous(off, [1, 1, 4])
+        # compiler spreads environments and stripes across all threads and keeps steps in each;
+        # a one-stripe block narrower than 128 environments takes fewer per thread, so that a
+        # warp's 32 threads still lie along its environments
+        if off.shape[1] == 1 and off.shape[2] < 128:
+            off = tl.max_contiguous(off, [1, 1, max(1, off.shape[2] // 32)])
+        else:
+            off = tl.max_contiguous(off, [1, 1, 4])
     return off
 
 

@@ -7,15 +7,18 @@ spill registers:
 
 * inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps (512
   for one very long sequence);
-* inputs contiguous along environments (``[T, N]``): one step at a time (128 environments
-  per program) for ``T <= 8`` and wherever that alone makes three programs per SM
+* inputs contiguous along environments (``[T, N]``): for ``8 <= T <= 16`` and ``N < 16384``,
+  tiles of 8 environments, one warp each; one step at a time (128 environments per
+  program) for ``T <= 8`` and wherever that alone makes three programs per SM
   (``N >= 50561`` on an H200); for ``N >= 4096, T >= 512``, 128 environments per one-warp
   program with steps kept in each thread: ``chained_kernel`` (one pass, blocks of 16 steps
   chained by a decoupled look-back that reads 4 predecessors at a time; 8 steps where 16
-  spill; then one predecessor at a time backward in time, ``block_kernel`` forward); for
-  ``N >= 4096, T <= 16``, ``block_kernel`` with every step in one thread; for 16-64
-  environments and ``T >= 65536``, ``chained_kernel`` with 512-step blocks across threads;
-  otherwise by ``T``: 16-step tiles for ``T <= 16``, stripes of 4 steps up to ``T = 128``,
+  spill, and 64 environments per program first for kernels of more than 5 series backward in
+  time; then one predecessor at a time backward in time, ``block_kernel`` forward); for
+  ``N >= 16384, T <= 16``, ``block_kernel`` with every step in one thread (kernels of at
+  most 5 series); for 16-64 environments and ``T >= 65536``, ``chained_kernel`` with
+  512-step blocks across threads; otherwise by ``T``: 16-step tiles of 16 environments for
+  ``T <= 16``, stripes of 4 steps up to ``T = 128``,
   and ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
   beyond; under ``torch.use_deterministic_algorithms(True)``, never ``chained_kernel``;
 * too few environments to fill the GPU and ``T >= 1024``: time is also split into
@@ -164,6 +167,13 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         cfg = Config("scan", 1, 4, block_t=512)
     elif time_contiguous or B == 1:
         cfg = Config("scan", min(4, _pow2(B)), 4, block_t=min(256, _pow2(T)))
+    elif 8 <= T <= 16 and B < 16384:
+        # short T, environments too few for 64-wide tiles to fill the GPU: 8 environments per
+        # one-warp program. Against run 24's 64-wide tiles (T = 16), sequential layout (T = 8)
+        # and block kernel (4096 x 16, light ops), the same cells of rlscan bench in run 26 ran
+        # 0.98-2.4x as fast at N = 64-4096; at 8 x 16, 0.80-1.15x (Retrace slowest); the
+        # sequential kernel lost every one of those cells (scripts/h200_settings.py small: run 25)
+        cfg = Config("scan", min(8, _pow2(B)), 1, block_t=min(16, _pow2(T)))
     elif T <= 8 or math.ceil(B / 128) >= 3 * n_sm:
         # one step per stripe, 128 environments per program: the sequential layout, which beat
         # 8-step stripes at 65536 x 8 for 7 of the 8 ops, and the tiles and stripes below at
@@ -190,17 +200,30 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         chained = Config("chained", 128, 1, stripes=1, steps=16, lookback=4)
         last = _with_chunks(chained._replace(steps=8, lookback=1), T, 1) if reverse else _block_config(T, B, n_sm)
         configs = (_with_chunks(chained._replace(steps=8), T, 1), last)
-        return ((_with_chunks(chained, T, 1),) if 0 < series <= 5 else ()) + configs
+        if 0 < series <= 5:
+            first = (_with_chunks(chained, T, 1),)
+        elif reverse and series > 5:
+            # heavier kernels backward in time (V-trace, Retrace): 64 environments per warp,
+            # two per thread, 16 steps. Retrace 1.13-1.15x faster than with 128 x 8 steps at
+            # 4096 x 2048 and 16384 x 512 (run 23; run 22 alike, scripts/h200_settings.py narrow
+            # and heavy); V-trace's spills, and its plan keeps 128 x 8. 32 environments, one per
+            # thread, ran 12-220x slower.
+            first = (_with_chunks(chained._replace(block_b=64), T, 1),)
+        else:
+            first = ()
+        return first + configs
     elif B >= 4096 and T >= 512:
         return (_block_config(T, B, n_sm),)
-    elif T <= 16 and B >= 4096 and 0 < series <= 5:
+    elif T <= 16 and B >= 16384 and 0 < series <= 5:
         # 128 environments per one-warp program, all steps in each thread (block_kernel): 1.2-1.8x
         # faster than the tiles below at 16384 x 16 for the six ops of at most 5 series (runs
         # 18-19); V-trace's spilled there, and Retrace's ran 1.5x slower than the tiles
         block = Config("block", 128, 1, stripes=1, steps=_pow2(T))
-        return (_with_chunks(block, T, 1), _with_chunks(Config("scan", 64, 2, block_t=16), T, 1))
+        return (_with_chunks(block, T, 1), _with_chunks(Config("scan", 16, 1, block_t=16), T, 1))
     elif T <= 16:
-        cfg = Config("scan", min(64, _pow2(B)), 2, block_t=16)
+        # 16 environments per one-warp tile: at 16384 x 16, V-trace 5.9 -> 4.3 us and Retrace
+        # 4.8 -> 4.1 against 64-wide tiles (runs 24 and 26; run 25 alike)
+        cfg = Config("scan", 16, 1, block_t=16)
     elif T <= 128:
         cfg = Config("stripe", min(8, _pow2(B)), 4, stripes=min(32, _pow2(math.ceil(T / 4))), steps=4)
     else:

@@ -6,6 +6,7 @@ import math
 import os
 import statistics
 import sys
+from typing import Optional
 
 CELL = 16
 
@@ -213,10 +214,17 @@ def _clean(x):
     return str(x)
 
 
-def plot(path: str, cells, solid: str, dashed: str, title: str) -> bool:
+def lines_to_draw(cells, preferred) -> tuple:
+    """The alternatives the plot draws, ``(solid, dashed)``: the first two of ``preferred``
+    measured in any cell (``None`` where fewer were)."""
+    measured = [key for key in preferred if speedups(cells, key)]
+    return tuple(measured[:2] + [None] * (2 - len(measured[:2])))
+
+
+def plot(path: str, cells, solid: str, dashed: Optional[str], title: str) -> bool:
     """rlscan's speedup against T, one panel per op, one colour per N: a solid line against
-    the ``solid`` alternative, a dashed one against ``dashed``, each where it was measured.
-    Only the N where either was measured are drawn."""
+    the ``solid`` alternative, a dashed one against ``dashed`` (if any), each where it was
+    measured. Only the N where either was measured are drawn."""
     try:
         import matplotlib
 
@@ -226,7 +234,8 @@ def plot(path: str, cells, solid: str, dashed: str, title: str) -> bool:
         print("matplotlib is not installed: no plot", file=sys.stderr)
         return False
     ops = list(dict.fromkeys(c["op"] for c in cells))
-    ns = sorted({c["N"] for c in cells if speedups([c], solid) or speedups([c], dashed)})
+    keys = [(solid, "-o")] + ([(dashed, "--x")] if dashed else [])
+    ns = sorted({c["N"] for c in cells if any(speedups([c], key) for key, _ in keys)})
     cols = min(4, max(1, len(ops)))
     rows = math.ceil(len(ops) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.6 * rows), squeeze=False)
@@ -235,7 +244,7 @@ def plot(path: str, cells, solid: str, dashed: str, title: str) -> bool:
         for i, n in enumerate(ns):
             colour = colours(i / max(1, len(ns) - 1))
             mine = sorted((c for c in cells if c["op"] == op and c["N"] == n), key=lambda c: c["T"])
-            for key, style in ((solid, "-o"), (dashed, "--x")):
+            for key, style in keys:
                 points = [(c["T"], x) for c in mine for x in speedups([c], key)]
                 if points:
                     ax.plot(*zip(*points), style, color=colour, markersize=3.5, linewidth=1.2,
@@ -252,7 +261,8 @@ def plot(path: str, cells, solid: str, dashed: str, title: str) -> bool:
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle(f"{title}\nrlscan's speedup: solid against {solid}, dashed against {dashed}", fontsize=9)
+    against = f"solid against {solid}" + (f", dashed against {dashed}" if dashed else "")
+    fig.suptitle(f"{title}\nrlscan's speedup: {against}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 0.93, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -136,8 +136,9 @@ def run(opts: Options) -> int:
     report.write_json(json_path, doc)
     png = os.path.join(opts.out, "bench.png")
     title = f"rlscan bench — {doc['device']['name']}, {report_dtype(opts.dtype)}, layout {opts.layout}"
-    solid, dashed = ("loop_torch", "compile") if cuda else ("loop_numpy", "loop_torch")
-    wrote_png = bool(cells) and report.plot(png, cells, solid, dashed, title)
+    preferred = ("loop_torch", "compile") if cuda else ("loop_numpy", "loop_torch")
+    solid, dashed = report.lines_to_draw(cells, preferred + tuple(i.key for i in alts.ALTERNATIVES))
+    wrote_png = solid is not None and report.plot(png, cells, solid, dashed, title)
     p.line()
     p.line("seconds spent per implementation (checks, probes and timing): "
            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
