@@ -80,6 +80,9 @@ def test_the_plot_draws_the_alternatives_that_ran():
     assert report.lines_to_draw([cell(rlscan=2.0, loop_torch=1.0, compile=8.0, exact=4.0)], preferred) == (
         "loop_torch", "compile")
     assert report.lines_to_draw([cell(rlscan=2.0)], preferred) == (None, None)
+    # the runner lists its preferred alternatives, then all of them: a key is drawn once
+    assert report.lines_to_draw([cell(rlscan=2.0, compile=8.0)], preferred + ("compile", "exact")) == (
+        "compile", None)
 
 
 @pytest.mark.parametrize("layout", ["tn", "nt"])

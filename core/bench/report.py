@@ -215,10 +215,10 @@ def _clean(x):
 
 
 def lines_to_draw(cells, preferred) -> tuple:
-    """The alternatives the plot draws, ``(solid, dashed)``: the first two of ``preferred``
-    measured in any cell (``None`` where fewer were)."""
-    measured = [key for key in preferred if speedups(cells, key)]
-    return tuple(measured[:2] + [None] * (2 - len(measured[:2])))
+    """The alternatives the plot draws, ``(solid, dashed)``: the first two distinct keys of
+    ``preferred`` measured in any cell (``None`` where fewer were)."""
+    measured = [key for key in dict.fromkeys(preferred) if speedups(cells, key)]
+    return tuple((measured + [None, None])[:2])
 
 
 def plot(path: str, cells, solid: str, dashed: Optional[str], title: str) -> bool:
