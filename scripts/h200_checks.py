@@ -94,12 +94,17 @@ def cuda_graphs():
         record(f"cuda graph replay with new data: {name}", same, "bitwise equal to eager" if same else "DIFFERS")
 
 
+def _max_rel_diff(pairs) -> float:
+    """The largest ``max|a − b| / max|b|`` over pairs of tensors ``(a, b)``."""
+    return max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in pairs)
+
+
 def compiled():
     d = data(128, 64)
     for name, fn in calls(d).items():
         f = torch.compile(fn, fullgraph=True)
         got, want = flat(f()), flat(fn())
-        err = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(got, want))
+        err = _max_rel_diff(zip(got, want))
         record(f"torch.compile(fullgraph) on CUDA: {name}", err < 1e-6, f"max rel diff to eager {err:.1e}")
 
 
@@ -230,7 +235,7 @@ def _gradients_vs_cpu(T, N):
                                 torch.autograd.grad(outs, inputs, w, allow_unused=True)]
         zero = lambda a, b: torch.zeros_like(b if a is None else a) if a is None else a  # noqa: E731
         pairs = [(zero(a, b), zero(b, a)) for a, b in zip(grads["triton"], grads["cpu"]) if a is not None or b is not None]
-        err = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in pairs)
+        err = _max_rel_diff(pairs)
         record(f"gradients on GPU vs CPU path (float64): {name} {N}x{T}", err < 1e-9, f"max rel diff {err:.1e}")
 
 
@@ -253,8 +258,7 @@ def retrace_from_q_gradients():
                 outs = flat(out)
                 w = [torch.linspace(-1, 1, o.numel(), device=o.device, dtype=o.dtype).view_as(o) for o in outs]
                 grads[backend] = [x.cpu() for x in torch.autograd.grad(outs, leaves, w)]
-        err = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-                  for a, b in zip(grads["triton"], grads["cpu"]))
+        err = _max_rel_diff(zip(grads["triton"], grads["cpu"]))
         record(f"retrace_from_q gradients on GPU vs CPU path (float64) {N}x{T}", err < 1e-9, f"max rel diff {err:.1e}")
 
 
