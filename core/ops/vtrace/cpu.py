@@ -46,8 +46,10 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
                 a = delta + g * c * kappa * last
                 vs_minus_v[i, j] = a
                 vs[t, i, j] = v[t, i, j] + a
-                v_hat = vs[t + 1, i, j] if inside else vn
-                pg[t, i, j] = min(rho, pg_rho_clip) * (r[t, i, j] + g * nu * v_hat - v[t, i, j])
+                rho_pg = min(rho, pg_rho_clip)
+                v_ahead = v[t + 1, i, j] if inside else vn
+                base = rho_pg * (r[t, i, j] + g * nu * v_ahead - v[t, i, j])
+                pg[t, i, j] = base + rho_pg * (g * nu) * last if inside else base
 
 
 def run(layout, arrays, scalars, outs, dtype):

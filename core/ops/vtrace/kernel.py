@@ -24,21 +24,24 @@ def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     rho_bar = tl.minimum(rho, scalar(scalars[2], ACC), propagate_nan=tl.PropagateNan.ALL)
     c = lmbda * tl.minimum(rho, scalar(scalars[3], ACC), propagate_nan=tl.PropagateNan.ALL)
     delta = rho_bar * (r + gamma * v_next * nu - v)
-    # what pg needs, in as few values as it can be kept (they stay in registers until the emit)
+    # pg as an affine map of the state carried in, so that the emit keeps 3 values and a flag
     rho_pg = tl.minimum(rho, scalar(scalars[4], ACC), propagate_nan=tl.PropagateNan.ALL)
     inside = kappa != 0
-    return delta, gamma * c * kappa, (r, v, gamma * nu, rho_pg, tl.where(inside, v_ahead, v_next), inside)
+    slope = rho_pg * (gamma * nu)
+    base = rho_pg * (r + gamma * nu * tl.where(inside, v_ahead, v_next) - v)
+    return delta, gamma * c * kappa, (v, base, slope, inside)
 
 
 @triton.jit
 def emit(outs, s, scalars, A, A_in, keep, tile, T):
     """``vs_t = V_t + A_t``; ``pg_t = ρ̄ᵖᵍ_t (r_t + γ_t ν_t v̂_t − V_t)`` with
-    ``v̂_t = vs_{t+1} = V_{t+1} + A_{t+1}`` inside the episode and ``V'_t`` where the trace is cut."""
+    ``v̂_t = vs_{t+1} = V_{t+1} + A_{t+1}`` inside the episode and ``V'_t`` where the trace is cut,
+    computed as ``pg_t = b_t + [inside] s_t A_{t+1}`` with ``b_t = ρ̄ᵖᵍ_t (r_t + γ_t ν_t v̂⁰_t − V_t)``
+    (``v̂⁰_t``: ``V_{t+1}`` inside, ``V'_t`` outside) and ``s_t = ρ̄ᵖᵍ_t γ_t ν_t``."""
     VS, PG = outs
-    r, v, gamma_nu, rho_pg, v_after, inside = keep
+    v, base, slope, inside = keep
     store(VS, s, tile, v + A)
-    v_hat = tl.where(inside, v_after + A_in, v_after)
-    store(PG, s, tile, rho_pg * (r + gamma_nu * v_hat - v))
+    store(PG, s, tile, tl.where(inside, base + slope * A_in, base))
 
 
 # ----------------------------------------------------------------------------- backward
