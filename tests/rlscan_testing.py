@@ -98,6 +98,9 @@ KERNEL_CONFIGS = {
     "chained": dict(kind="chained", stripes=2, steps=2, block_b=2),
     "chained-look-back": dict(kind="chained", stripes=1, steps=2, block_b=4, test_lookback=True),
     "chained-window": dict(kind="chained", stripes=1, steps=2, block_b=4, test_lookback=True, lookback=4),
+    "chained-stripe": dict(kind="chained_stripe", stripes=2, steps=3, block_b=2),
+    "chained-stripe-look-back": dict(kind="chained_stripe", stripes=1, steps=2, block_b=4, test_lookback=True,
+                                     lookback=4),
 }
 
 # ----------------------------------------------------------------------------- problems

@@ -89,8 +89,8 @@ LAUNCH_BUDGET = 40
 @st.composite
 def launch_settings(draw, problem):
     """On the Triton path: the default launch, ``exact``, or random tile sizes for the
-    scan, stripe, block or chained kernel, chunked or not, grown until the example stays cheap."""
-    kind = draw(st.sampled_from(["default", "exact", "scan", "stripe", "block", "chained"]))
+    scan, stripe, block or chained kernels, chunked or not, grown until the example stays cheap."""
+    kind = draw(st.sampled_from(["default", "exact", "scan", "stripe", "block", "chained", "chained_stripe"]))
     if kind in ("default", "exact"):
         return kind
     T = problem.args[0].shape[problem.kwargs["time_dim"]]
@@ -99,14 +99,14 @@ def launch_settings(draw, problem):
     n_chunks = draw(st.integers(1, 3))
     if kind == "scan":
         config = dict(kind="scan", block_b=block_b, n_chunks=n_chunks, block_t=draw(st.sampled_from([1, 2, 4, 8])))
-    elif kind == "stripe":
-        config = dict(kind="stripe", block_b=block_b, n_chunks=n_chunks, stripes=draw(st.sampled_from([1, 2, 4])),
+    elif kind in ("stripe", "chained_stripe"):
+        config = dict(kind=kind, block_b=block_b, n_chunks=n_chunks, stripes=draw(st.sampled_from([1, 2, 4])),
                       steps=draw(st.sampled_from([1, 2, 3, 5])))
     else:  # the block and chained kernels' steps are a tile axis: a power of two
         config = dict(kind=kind, block_b=block_b, n_chunks=n_chunks, stripes=draw(st.sampled_from([1, 2, 4])),
                       steps=draw(st.sampled_from([1, 2, 4])))
-        if kind == "chained":
-            config["test_lookback"] = draw(st.booleans())
+    if kind in ("chained", "chained_stripe"):
+        config["test_lookback"] = draw(st.booleans())
     while _cost(config, T, envs) > LAUNCH_BUDGET:
         config["block_t" if kind == "scan" else "stripes"] *= 2
     return config

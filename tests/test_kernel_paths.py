@@ -10,7 +10,7 @@ import math
 import pytest
 
 import rlscan
-from rlscan._triton.launch import choose_config, forced_config
+from rlscan._triton.launch import CHAINED, choose_config, forced_config
 from rlscan_testing import KERNEL_CONFIGS, OP_NAMES, VALUE_OPS, assert_matches_reference, make_problem, path_for
 
 T = 11  # odd: partial tiles, windows and chunks everywhere below
@@ -43,7 +43,7 @@ def test_forced_configs_take_effect(config):
     with forced_config(**CONFIGS[config]):
         cfg = choose_config(T, 3, time_contiguous=False, exact=False, device=path_for("triton").device)
     assert cfg.kind == CONFIGS[config]["kind"]
-    assert (cfg.n_chunks > 1) == ("n_chunks" in CONFIGS[config] or cfg.kind == "chained")
+    assert (cfg.n_chunks > 1) == ("n_chunks" in CONFIGS[config] or cfg.kind in CHAINED)
     assert (cfg.chunk_len * (cfg.n_chunks - 1)) < T <= cfg.chunk_len * cfg.n_chunks
 
 
@@ -57,7 +57,7 @@ def test_kernel_path(triton_path, op, config):
 
 @pytest.mark.parametrize("op", OP_NAMES)
 @pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back",
-                                    "chained-window"])
+                                    "chained-window", "chained-stripe-look-back"])
 @pytest.mark.parametrize("layout", ["time-last", "two-groups"])
 def test_kernel_path_layouts(triton_path, op, config, layout):
     problem = _problem(op, layout, triton_path.device, seed=len(config) + len(layout))
@@ -94,13 +94,11 @@ def test_gpu_heuristic_by_shape():
             # one pass: 16 steps per thread (kernels of at most 5 series), else 8, then the
             # settings of old (chained or block)
             first, second, last = _gpu_configs(T, N, False, 132, reverse=reverse, series=5)
-            heavy = _gpu_configs(T, N, False, 132, reverse=reverse, series=6)
-            if reverse:  # heavier kernels backward in time: 64 environments per program first
-                narrow = heavy[0]
-                assert (narrow.kind, narrow.block_b, narrow.num_warps, narrow.steps, narrow.lookback) == (
-                    "chained", 64, 1, 16, 4)
-                heavy = heavy[1:]
-            assert heavy == (second, last)
+            narrow, *heavy = _gpu_configs(T, N, False, 132, reverse=reverse, series=6)
+            # heavier kernels, either way in time: 64 environments per program first
+            assert (narrow.kind, narrow.block_b, narrow.num_warps, narrow.steps, narrow.lookback) == (
+                "chained", 64, 1, 16, 4)
+            assert tuple(heavy) == (second, last)
             assert (first.kind, first.block_b, first.num_warps, first.steps, first.lookback) == (
                 "chained", 128, 1, 16, 4)
             assert (first.chunk_len, first.n_chunks) == (16, T // 16)
@@ -123,9 +121,11 @@ def test_gpu_heuristic_by_shape():
             assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.block_t, cfg.n_chunks) == ("scan", 8, 1, T, 1)
     assert _gpu_config(8, 16384, False, 132).kind == "stripe"  # the sequential layout from 16384 environments
     assert _gpu_config(4, 4096, False, 132).kind == "stripe"  # and below 8 steps
-    for N, T in ((16, 262144), (64, 65536)):  # few environments, very long T: 512-step chained blocks
+    for N, T in ((16, 262144), (64, 65536)):  # few environments, very long T: 512-step windows in two passes
         (cfg,) = _gpu_configs(T, N, False, 132)
-        assert (cfg.kind, cfg.block_b, cfg.stripes * cfg.steps, cfg.step_scan) == ("chained", 16, 512, "shuffles")
+        assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.stripes, cfg.steps, cfg.lookback) == (
+            "chained_stripe", 16, 4, 32, 16, 4)
+        assert cfg.n_chunks == T // 512
         assert _gpu_config(T, N, False, 132, deterministic=True).kind == "scan"
     assert _gpu_config(128, 4096, False, 132).kind == "stripe"
     one_sequence = _gpu_config(1_000_000, 1, False, 132)

@@ -27,6 +27,9 @@ carrying the state in registers, so registers stay fixed whatever ``T`` is:
   another there (``_scan_in_thread``), with no other thread.
 * ``chained_kernel`` scans one such block per program, in a single launch, chaining the
   blocks across time by a decoupled look-back (see its docstring).
+* ``chained_stripe_kernel`` chains windows the same way but runs each as the stripe kernel
+  does, in two passes over its inputs (fold, then read again and emit), so that few values
+  stay live per thread while a program waits on the look-back.
 
 The first three can split time into ``n_chunks`` chunks run by separate programs, in two
 launches: ``PHASE=1`` reduces each chunk to its composed pair ``(a, b)``; ``PHASE=2`` folds
@@ -349,6 +352,40 @@ def _across_stripes(a, k, REVERSE: tl.constexpr, ACC: tl.constexpr, STRIPES: tl.
 
 
 @triton.jit
+def _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr,
+                  REVERSE: tl.constexpr, ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr,
+                  BLOCK_B: tl.constexpr):
+    """Pass 1 of a window: each stripe (``STEPS`` steps from ``first``) folded into its
+    composed pair ``(a, k)``, one step at a time."""
+    a = tl.zeros([STRIPES, BLOCK_B], ACC)
+    k = tl.full([STRIPES, BLOCK_B], 1, ACC)
+    for j in tl.static_range(STEPS):
+        t = first + (STEPS - 1 - j if REVERSE else j)
+        m = (t < t_hi) & mb
+        alpha, beta, keep = COEFFS(ins, in_strides, scalars, (t, b_hi, b_lo, m, mb), T, ACC)
+        beta = tl.where(m, beta, 1)
+        a = tl.where(m, alpha, 0) + beta * a
+        k = beta * k
+    return a, k
+
+
+@triton.jit
+def _run_stripes(ins, in_strides, outs, out_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, state,
+                 COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, ACC: tl.constexpr,
+                 STEPS: tl.constexpr):
+    """Pass 2 of a window: each stripe run from the state carried into it (``state``), one
+    step at a time, reading its inputs again and writing the outputs."""
+    for j in tl.static_range(STEPS):
+        t = first + (STEPS - 1 - j if REVERSE else j)
+        m = (t < t_hi) & mb
+        tile = (t, b_hi, b_lo, m, mb)
+        alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
+        state_in = state
+        state = tl.where(m, alpha + beta * state, state)
+        EMIT(outs, out_strides, scalars, state, state_in, keep, tile, T)
+
+
+@triton.jit
 def stripe_kernel(
     ins, in_strides, outs, out_strides, scalars,
     INIT, init_strides, AGG,
@@ -374,31 +411,14 @@ def stripe_kernel(
         else:
             w = i
         first = t_lo + w * window + stripe * STEPS
-        # Pass 1: fold each stripe into its composed pair, one step at a time.
-        a = tl.zeros([STRIPES, BLOCK_B], ACC)
-        k = tl.full([STRIPES, BLOCK_B], 1, ACC)
-        for j in tl.static_range(STEPS):
-            t = first + (STEPS - 1 - j if REVERSE else j)
-            m = (t < t_hi) & mb
-            alpha, beta, keep = COEFFS(ins, in_strides, scalars, (t, b_hi, b_lo, m, mb), T, ACC)
-            beta = tl.where(m, beta, 1)
-            a = tl.where(m, alpha, 0) + beta * a
-            k = beta * k
-        # Across stripes: the state carried into each stripe, and out of the window.
+        a, k = _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STRIPES,
+                             STEPS, BLOCK_B)
         ia, ik, out_a, out_k = _across_stripes(a, k, REVERSE, ACC, STRIPES, BLOCK_B)
-        state = ia + ik * carry
         if PHASE == 1:
             carry_b = out_k * carry_b
         else:
-            # Pass 2: run each stripe from its carried-in state and write the outputs.
-            for j in tl.static_range(STEPS):
-                t = first + (STEPS - 1 - j if REVERSE else j)
-                m = (t < t_hi) & mb
-                tile = (t, b_hi, b_lo, m, mb)
-                alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
-                state_in = state
-                state = tl.where(m, alpha + beta * state, state)
-                EMIT(outs, out_strides, scalars, state, state_in, keep, tile, T)
+            _run_stripes(ins, in_strides, outs, out_strides, scalars, first, b_hi, b_lo, mb, t_hi, T,
+                         ia + ik * carry, COEFFS, EMIT, REVERSE, ACC, STEPS)
         carry = out_a + out_k * carry
 
     if PHASE == 1:
@@ -565,6 +585,48 @@ def _publish(FLAGS, i, flag):
 
 
 @triton.jit
+def _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE: tl.constexpr, BLOCK_B: tl.constexpr,
+                TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+    """This program's link of the chain: a ticket gives its scan position ``j`` and
+    environment block ``pid_b`` (in the order programs start), hence its environments and
+    time range. Returns the flags' pointer, the number of environment blocks, ``j``,
+    ``pid_b``, the environments ``(b, b_hi, b_lo, mb)`` and ``[t_lo, t_hi)``."""
+    n_b = tl.num_programs(0)
+    FLAGS = (AGG + 3 * n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
+    ticket = tl.atomic_add(FLAGS + n_chunks * n_b, 1, sem="relaxed", scope="gpu")
+    j = ticket // n_b
+    pid_b = ticket % n_b
+    b, b_hi, b_lo, mb = _envs(pid_b, B, B_lo, BLOCK_B, TWO_LEVEL, WIDE)
+    if REVERSE:
+        t_lo = (n_chunks - 1 - j) * chunk_len
+    else:
+        t_lo = j * chunk_len
+    t_hi = tl.minimum(t_lo + chunk_len, T)
+    return FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi
+
+
+@triton.jit
+def _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT, init_strides,
+                 ACC: tl.constexpr, BLOCK_B: tl.constexpr, TEST_LOOKBACK: tl.constexpr, LOOKBACK: tl.constexpr):
+    """The state carried into link ``j``, whose composed pair is ``(out_a, out_k)``: publish
+    the pair, look back for the state, publish the outgoing state ``out_a + out_k · carry``."""
+    if j == 0:
+        carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
+    else:
+        tl.store(AGG + j * B + b, out_a, mask=mb)
+        tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
+        _publish(FLAGS, j * n_b + pid_b, 1)
+        if LOOKBACK == 1:
+            carry = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
+        else:
+            carry = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B, LOOKBACK)
+    if not TEST_LOOKBACK or j % 2 == 0:
+        tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
+        _publish(FLAGS, j * n_b + pid_b, 2)
+    return carry
+
+
+@triton.jit
 def chained_kernel(
     ins, in_strides, outs, out_strides, scalars,
     INIT, init_strides, AGG,
@@ -593,35 +655,63 @@ def chained_kernel(
     """
     if WIDE:
         B = B.to(tl.int64)  # AGG holds 3 * n_chunks * B values: offsets past 2**31 when the inputs are that large
-    n_b = tl.num_programs(0)
-    FLAGS = (AGG + 3 * n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
-    ticket = tl.atomic_add(FLAGS + n_chunks * n_b, 1, sem="relaxed", scope="gpu")
-    j = ticket // n_b
-    pid_b = ticket % n_b
-    b, b_hi, b_lo, mb = _envs(pid_b, B, B_lo, BLOCK_B, TWO_LEVEL, WIDE)
-    if REVERSE:
-        t_lo = (n_chunks - 1 - j) * chunk_len
-    else:
-        t_lo = j * chunk_len
-    t_hi = tl.minimum(t_lo + chunk_len, T)
+    FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE,
+                                                                      BLOCK_B, TWO_LEVEL, WIDE)
     a, k, ia, ik, out_a, out_k, tile, keep = _block(
         ins, in_strides, scalars, t_lo + _block_axes(STRIPES, STEPS, WIDE), tl.expand_dims(b_hi, 0),
         tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B,
         STEP_SCAN)
-    if j == 0:
-        carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
-    else:
-        tl.store(AGG + j * B + b, out_a, mask=mb)
-        tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
-        _publish(FLAGS, j * n_b + pid_b, 1)
-        if LOOKBACK == 1:
-            carry = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
-        else:
-            carry = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B, LOOKBACK)
-    if not TEST_LOOKBACK or j % 2 == 0:
-        tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
-        _publish(FLAGS, j * n_b + pid_b, 2)
+    carry = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
+                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK)
     _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT, REVERSE, STEPS)
+
+
+@triton.jit
+def _opaque(x, OPAQUE: tl.constexpr):
+    """``x``, through a copy the compiler cannot see through (``OPAQUE``; the interpreter
+    runs no assembly): loads at addresses built from it are not merged with earlier loads
+    of the same addresses, so a window's second pass reads its inputs again instead of
+    keeping the first pass's loads in registers while it waits on the look-back."""
+    if OPAQUE:
+        if x.dtype == tl.int64:
+            return tl.inline_asm_elementwise("mov.b64 $0, $1;", "=l,l", [x], dtype=tl.int64, is_pure=False, pack=1)
+        else:
+            return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        return x
+
+
+@triton.jit
+def chained_stripe_kernel(
+    ins, in_strides, outs, out_strides, scalars,
+    INIT, init_strides, AGG,
+    T, B, B_lo, chunk_len, n_chunks,
+    COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
+    ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
+    UNROLL: tl.constexpr = None, TEST_LOOKBACK: tl.constexpr = False, LOOKBACK: tl.constexpr = 1,
+    OPAQUE: tl.constexpr = False,
+):
+    """:func:`chained_kernel` with the stripe kernel's two passes in place of a block held in
+    registers: each program folds its window's stripes into pairs (pass 1), is chained to the
+    windows before it by the same look-back, then reads its window again, from cache, to run
+    the stripes and write the outputs (pass 2). Only a few values per thread stay live, so
+    many programs share each SM and hide one another's waits."""
+    if WIDE:
+        B = B.to(tl.int64)
+    FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE,
+                                                                      BLOCK_B, TWO_LEVEL, WIDE)
+    stripe = tl.arange(0, STRIPES)[:, None]
+    if WIDE:
+        stripe = stripe.to(tl.int64)
+    first = t_lo + stripe * STEPS
+    a, k = _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STRIPES,
+                         STEPS, BLOCK_B)
+    ia, ik, out_a, out_k = _across_stripes(a, k, REVERSE, ACC, STRIPES, BLOCK_B)
+    carry = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
+                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK)
+    _run_stripes(ins, in_strides, outs, out_strides, scalars, _opaque(first, OPAQUE), b_hi, b_lo, mb, t_hi, T,
+                 ia + ik * carry, COEFFS, EMIT, REVERSE, ACC, STEPS)
 
 
 @triton.jit

@@ -13,11 +13,11 @@ spill registers:
   (``N >= 50561`` on an H200); for ``N >= 4096, T >= 512``, 128 environments per one-warp
   program with steps kept in each thread: ``chained_kernel`` (one pass, blocks of 16 steps
   chained by a decoupled look-back that reads 4 predecessors at a time; 8 steps where 16
-  spill, and 64 environments per program first for kernels of more than 5 series backward in
-  time; then one predecessor at a time backward in time, ``block_kernel`` forward); for
+  spill, and 64 environments per program first for kernels of more than 5 series; then one
+  predecessor at a time backward in time, ``block_kernel`` forward); for
   ``N >= 16384, T <= 16``, ``block_kernel`` with every step in one thread (kernels of at
-  most 5 series); for 16-64 environments and ``T >= 65536``, ``chained_kernel`` with
-  512-step blocks across threads; otherwise by ``T``: 16-step tiles of 16 environments for
+  most 5 series); for 16-64 environments and ``T >= 65536``, ``chained_stripe_kernel``
+  (512-step windows of 16 environments, folded, chained, read again to emit); otherwise by ``T``: 16-step tiles of 16 environments for
   ``T <= 16``, stripes of 4 steps up to ``T = 128``,
   and ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
   beyond; under ``torch.use_deterministic_algorithms(True)``, never ``chained_kernel``;
@@ -43,7 +43,7 @@ from .._backend import interpreting
 
 
 class Config(NamedTuple):
-    kind: str  # "scan", "stripe", "block" or "chained"
+    kind: str  # "scan", "stripe", "block", "chained" or "chained_stripe"
     block_b: int  # environments per program
     num_warps: int
     block_t: int = 1  # scan: rows of time per tile
@@ -54,9 +54,12 @@ class Config(NamedTuple):
     block_c: int = 1
     stages: int = 0  # > 1: software-pipeline the loads of this many tiles (``tl.range(num_stages=)``)
     unroll: int = 0  # > 1: unroll the loop over tiles this many times
-    test_lookback: bool = False  # chained, tests only: make the look-back compose published pairs
+    test_lookback: bool = False  # chained kinds, tests only: make the look-back compose published pairs
     step_scan: str = "registers"  # block, chained: scan the steps in each thread ("registers") or "shuffles"
-    lookback: int = 1  # chained: predecessors read per round trip of the look-back
+    lookback: int = 1  # chained kinds: predecessors read per round trip of the look-back
+
+
+CHAINED = ("chained", "chained_stripe")  # one launch, windows chained by a decoupled look-back
 
 
 def _pow2(n: int) -> int:
@@ -110,7 +113,7 @@ def _with_chunks(cfg: Config, T: int, n_chunks: int) -> Config:
     """Split ``T`` into about ``n_chunks`` chunks, each a whole number of windows (for the
     chained kernel, one window each: ``n_chunks`` is then ``⌈T / window⌉``)."""
     window = _window(cfg)
-    if cfg.kind == "chained":
+    if cfg.kind in CHAINED:
         return cfg._replace(n_chunks=math.ceil(T / window), chunk_len=window, block_c=1)
     chunk_len = math.ceil(math.ceil(T / max(1, n_chunks)) / window) * window
     n = max(1, math.ceil(T / chunk_len))
@@ -181,12 +184,12 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         # there is parallelism enough across environments alone
         cfg = Config("stripe", min(128, _pow2(B)), 4 if B >= 128 else 1)
     elif 16 <= B <= 64 and T >= 65536 and not deterministic:
-        # few environments, very long T: chained blocks of 512 steps (64 stripes of 8) for 16
-        # environments, steps scanned by warp shuffles (the block's steps are not all in one
-        # thread): against the two-launch tiles, 1.12-1.33x faster for GAE, V-trace and Retrace
-        # at 16 x 262144 and 1.52x for GAE at 64 x 65536, 3% slower for discounted returns
-        # (run 19, scripts/h200_settings.py before_after; runs 17-18 alike)
-        return (_with_chunks(Config("chained", 16, 8, stripes=64, steps=8, step_scan="shuffles"), T, 1),)
+        # few environments, very long T: windows of 512 steps (32 stripes of 16) for 16
+        # environments, chained in two passes (chained_stripe_kernel: fold, look back, read the
+        # window again to emit), four warps. Against run 19's 512-step blocks held in registers
+        # (one 8-warp program per SM), 1.18-1.54x faster at 16 x 262144 for GAE, V-trace, Retrace
+        # and discounted returns (run 28, scripts/h200_settings.py chained_stripe)
+        return (_with_chunks(Config("chained_stripe", 16, 4, stripes=32, steps=16, lookback=4), T, 1),)
     elif B >= 4096 and T >= 512 and not deterministic:
         # chained_kernel (one pass), one warp of 128 environments, 16 steps in each thread and a
         # look-back of 4 blocks per round trip: 1.06-1.41x faster than 8 steps at 4096 x 2048 and
@@ -202,12 +205,12 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         configs = (_with_chunks(chained._replace(steps=8), T, 1), last)
         if 0 < series <= 5:
             first = (_with_chunks(chained, T, 1),)
-        elif reverse and series > 5:
-            # heavier kernels backward in time (V-trace, Retrace): 64 environments per warp,
-            # two per thread, 16 steps. Retrace 1.13-1.15x faster than with 128 x 8 steps at
-            # 4096 x 2048 and 16384 x 512 (run 23; run 22 alike, scripts/h200_settings.py narrow
-            # and heavy); V-trace's spills, and its plan keeps 128 x 8. 32 environments, one per
-            # thread, ran 12-220x slower.
+        elif series > 5:
+            # heavier kernels (V-trace, Retrace, the backward kernels): 64 environments per warp,
+            # two per thread, 16 steps. At 4096 x 2048 against 128 x 8 steps: Retrace 1.13-1.15x
+            # (also 16384 x 512; run 23, scripts/h200_settings.py heavy); the backward of TD(λ)
+            # 1.13x and of GAE 1.07x, forward in time (run 27, scripts/h200_checks.py
+            # backward_settings). 32 environments, one per thread, ran 12-220x slower.
             first = (_with_chunks(chained._replace(block_b=64), T, 1),)
         else:
             first = ()
@@ -316,7 +319,7 @@ class LaunchPlan:
 
     def _use(self, cfg: Config) -> None:
         """Launch with the settings ``cfg`` from now on."""
-        from .engine import block_kernel, chained_kernel, scan_kernel, stripe_kernel
+        from .engine import block_kernel, chained_kernel, chained_stripe_kernel, scan_kernel, stripe_kernel
 
         coeffs, emit, reverse = self.spec
         T, B = self.layout.T, self.layout.B
@@ -325,7 +328,7 @@ class LaunchPlan:
         # scratch: the chunks' pairs; for the chained kernel, pairs and outgoing states, then
         # int32 flags and a ticket counter (zeroed on every call, from ``flags_at``)
         self.flags_at = None
-        if cfg.kind == "chained":
+        if cfg.kind in CHAINED:
             self.flags_at = 3 * cfg.n_chunks * B
             n_flags = cfg.n_chunks * self.grid[0] + 1
             self.agg_numel = self.flags_at + math.ceil(32 * n_flags / torch.finfo(self.compute_dtype).bits)
@@ -340,10 +343,13 @@ class LaunchPlan:
             self.fn = scan_kernel
             kwargs["BLOCK_T"] = cfg.block_t
         else:
-            self.fn = dict(stripe=stripe_kernel, block=block_kernel, chained=chained_kernel)[cfg.kind]
-            if cfg.kind == "chained":
+            self.fn = dict(stripe=stripe_kernel, block=block_kernel, chained=chained_kernel,
+                           chained_stripe=chained_stripe_kernel)[cfg.kind]
+            if cfg.kind in CHAINED:
                 kwargs["TEST_LOOKBACK"] = cfg.test_lookback
                 kwargs["LOOKBACK"] = cfg.lookback
+            if cfg.kind == "chained_stripe":
+                kwargs["OPAQUE"] = not interpreting()
             if cfg.kind in ("block", "chained"):
                 kwargs["STEP_SCAN"] = cfg.step_scan
             kwargs["STRIPES"] = cfg.stripes
@@ -353,7 +359,7 @@ class LaunchPlan:
         if self.exact:
             self.options["enable_fp_fusion"] = False
         self.sizes = (T, B, self.layout.B_lo, cfg.chunk_len, cfg.n_chunks)
-        self.phases = (0,) if cfg.n_chunks == 1 or cfg.kind == "chained" else (1, 2)
+        self.phases = (0,) if cfg.n_chunks == 1 or cfg.kind in CHAINED else (1, 2)
         self.compiled: dict = {}  # phase -> (launcher, function, packed metadata, kernel, constexpr values)
 
     def _args(self, ins, outs) -> tuple:
