@@ -143,11 +143,17 @@ def kernel_time(fn, n=20):
 # Backward launch settings tried at each shape (forced_config), against the heuristic's.
 BACKWARD_SETTINGS = {
     "heuristic": {},
-    "stripe 8x32x4": dict(kind="stripe", block_b=8, stripes=32, steps=4, num_warps=4),
-    "stripe 16x16x8": dict(kind="stripe", block_b=16, stripes=16, steps=8, num_warps=4),
-    "stripe 32x8x8": dict(kind="stripe", block_b=32, stripes=8, steps=8, num_warps=4),
-    "scan 64x16": dict(kind="scan", block_t=64, block_b=16, num_warps=4),
-    "scan 128x32": dict(kind="scan", block_t=128, block_b=32, num_warps=4),
+    "chained 128x1x8 look-back 4": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1, lookback=4),
+    "chained 128x1x8 look-back 1": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1, lookback=1),
+    "chained 64x1x16 look-back 4": dict(kind="chained", block_b=64, stripes=1, steps=16, num_warps=1, lookback=4),
+    "chained 64x1x8 look-back 4": dict(kind="chained", block_b=64, stripes=1, steps=8, num_warps=1, lookback=4),
+    "block 128x1x4, 32 chunks": dict(kind="block", block_b=128, stripes=1, steps=4, num_warps=1, n_chunks=32),
+    "chained_stripe 128x1x8 look-back 4": dict(kind="chained_stripe", block_b=128, stripes=1, steps=8, num_warps=1,
+                                               lookback=4),
+    "chained_stripe 128x1x16 look-back 4": dict(kind="chained_stripe", block_b=128, stripes=1, steps=16,
+                                                num_warps=1, lookback=4),
+    "chained_stripe 64x1x16 look-back 4": dict(kind="chained_stripe", block_b=64, stripes=1, steps=16, num_warps=1,
+                                               lookback=4),
 }
 
 
@@ -180,14 +186,15 @@ def backward_speed():
 
 
 def backward_settings():
-    """Launch settings of the fused backward kernels (GAE, TD(λ)) against the heuristic's,
-    by kernel time."""
-    from rlscan._triton.launch import forced_config
+    """Launch settings of the fused backward kernels against the heuristic's, by kernel time,
+    for the ops named in the environment variable ``BACKWARD_OPS`` (default: GAE, TD(λ))."""
+    from rlscan._triton import launch
 
-    for T, N in ((128, 4096), (2048, 4096)):
+    ops = os.environ.get("BACKWARD_OPS", "gae,td_lambda").split(",")
+    for T, N in ((2048, 4096),):
         leaves = _with_grad(data(T, N))
         for name, fn in calls(leaves).items():
-            if name not in ("gae", "td_lambda"):
+            if name not in ops:
                 continue
             outs = flat(fn())
             used = [t for t in leaves.values() if t.requires_grad]
@@ -197,9 +204,12 @@ def backward_settings():
                 torch.autograd.grad(outs, used, grads, retain_graph=True, allow_unused=True)
 
             for label, settings in BACKWARD_SETTINGS.items():
-                with forced_config(**settings):
+                launch._PLANS.clear()
+                with launch.forced_config(**settings):
                     t = kernel_time(bwd)
-                record(f"backward settings {name} {N}x{T} {label}", True, f"{t:.1f} us")
+                ran = "; ".join(f"{c.kind} {c.block_b}x{c.stripes}x{c.steps} look-back {c.lookback}"
+                                for c in (p.cfg for p in launch._PLANS.values()))
+                record(f"backward settings {name} {N}x{T} {label}", True, f"{t:.1f} us (ran {ran})")
 
 
 def gradients_vs_cpu():

@@ -17,6 +17,9 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py heavy       # V-trace and Retrace: the heuristic against run 20's settings
     python scripts/h200_settings.py narrow      # [T, N]: chained blocks of 32-64 environments
     python scripts/h200_settings.py few_long    # few environments: look-back windows, longer blocks
+    python scripts/h200_settings.py few_one_warp  # few environments: one- and two-warp chained blocks
+    python scripts/h200_settings.py chained_stripe  # chained windows in two passes (fold, look back, emit)
+    python scripts/h200_settings.py few_refine  # few environments: around the shipped two-pass windows
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -215,6 +218,46 @@ def _few_long(N: int, T: int, layout: str, op: str = "") -> dict:
     return out
 
 
+def _few_one_warp(N: int, T: int, layout: str, op: str = "") -> dict:
+    """Few environments, very long T: chained blocks of one or two warps (no scan across warps;
+    more, shorter links per chain) against the shipped 8-warp blocks of 512 steps."""
+    out = {}
+    for stripes, steps, warps, window, scan in (
+            (8, 16, 1, 1, "registers"), (8, 16, 1, 4, "registers"), (8, 16, 1, 4, "shuffles"),
+            (8, 8, 1, 4, "registers"), (16, 16, 2, 4, "registers"), (32, 8, 4, 4, "registers")):
+        out[f"chained 16x{stripes}x{steps} w{warps} look-back {window} {scan}"] = dict(
+            kind="chained", block_b=16, stripes=stripes, steps=steps, num_warps=warps, lookback=window,
+            step_scan=scan)
+    return out
+
+
+def _chained_stripe(N: int, T: int, layout: str, op: str = "") -> dict:
+    """The chained kernel with the stripe kernel's two passes (fold, look back, read the window
+    again and emit): few values live per thread, so many programs share an SM."""
+    if N == 1:
+        shapes = ((1024, 4, 8, 4), (512, 8, 8, 4))
+    elif N <= 64:
+        shapes = ((64, 8, 4, 1), (64, 8, 4, 4), (64, 8, 8, 4), (32, 8, 4, 4), (128, 8, 8, 4), (64, 4, 4, 4),
+                  (32, 16, 4, 4))
+    else:
+        shapes = ((1, 16, 1, 4), (4, 8, 4, 4), (1, 8, 1, 4), (2, 16, 2, 4))
+    block_b = min(N, 128) if N <= 64 else 128
+    return {f"chained_stripe {block_b}x{stripes}x{steps} w{warps} look-back {window}": dict(
+        kind="chained_stripe", block_b=block_b, stripes=stripes, steps=steps, num_warps=warps, lookback=window)
+        for stripes, steps, warps, window in shapes}
+
+
+def _few_refine(N: int, T: int, layout: str, op: str = "") -> dict:
+    """Around the shipped two-pass windows for few environments (16 x 32 x 16, 4 warps, look-back
+    of 4): longer windows (fewer links per chain) and wider look-back windows."""
+    out = {}
+    for stripes, steps, warps, window in ((32, 16, 4, 8), (32, 32, 4, 4), (32, 32, 4, 8), (16, 32, 2, 4),
+                                          (64, 16, 8, 4), (32, 64, 4, 4)):
+        out[f"chained_stripe 16x{stripes}x{steps} w{warps} look-back {window}"] = dict(
+            kind="chained_stripe", block_b=16, stripes=stripes, steps=steps, num_warps=warps, lookback=window)
+    return out
+
+
 def _small(N: int, T: int, layout: str, op: str = "") -> dict:
     """Short T, too few environments to fill the GPU with 64-environment tiles: narrower tiles,
     more programs (the whole-grid run 24 had V-trace at 64 x 16 in 5.05 us and at 8 x 16, one
@@ -272,6 +315,14 @@ GROUPS = {
         (op, 16384, 512, "tn") for op in ("vtrace", "retrace")]),
     "few_long": (_few_long, [(op, 16, 262144, "tn") for op in ("gae", "discounted_returns", "vtrace", "retrace")] + [
         ("gae", 64, 65536, "tn")]),
+    "few_one_warp": (_few_one_warp, [(op, 16, 262144, "tn") for op in ("gae", "vtrace")] + [
+        ("gae", 64, 65536, "tn")]),
+    "chained_stripe": (_chained_stripe, [(op, 16, 262144, "tn") for op in ("gae", "vtrace", "retrace",
+                                                                            "discounted_returns")] + [
+        ("gae", 64, 65536, "tn"), ("gae", 1, 1_000_000, "tn")] + [
+        (op, 4096, 2048, "tn") for op in ("gae", "vtrace", "retrace")]),
+    "few_refine": (_few_refine, [(op, 16, 262144, "tn") for op in ("gae", "discounted_returns", "vtrace",
+                                                                     "td_lambda")]),
     "small": (_small, [(op, N, 16, "tn") for op in ("vtrace", "gae", "retrace") for N in (64, 512, 4096, 16384)] + [
         (op, N, 8, "tn") for op in ("vtrace", "gae") for N in (64, 4096)]),
     "heavy": (_heavy, [(op, N, T, "tn") for op in ("vtrace", "retrace") for N, T in ((4096, 2048), (16384, 512))]),
