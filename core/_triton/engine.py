@@ -589,8 +589,11 @@ def _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE: tl.constexpr, BLO
                 TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
     """This program's link of the chain: a ticket gives its scan position ``j`` and
     environment block ``pid_b`` (in the order programs start), hence its environments and
-    time range. Returns the flags' pointer, the number of environment blocks, ``j``,
-    ``pid_b``, the environments ``(b, b_hi, b_lo, mb)`` and ``[t_lo, t_hi)``."""
+    time range. Returns ``B`` (64-bit where ``WIDE``), the flags' pointer, the number of
+    environment blocks, ``j``, ``pid_b``, the environments ``(b, b_hi, b_lo, mb)`` and
+    ``[t_lo, t_hi)``."""
+    if WIDE:
+        B = B.to(tl.int64)  # AGG holds 3 * n_chunks * B values: offsets past 2**31 when the inputs are that large
     n_b = tl.num_programs(0)
     FLAGS = (AGG + 3 * n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
     ticket = tl.atomic_add(FLAGS + n_chunks * n_b, 1, sem="relaxed", scope="gpu")
@@ -602,7 +605,7 @@ def _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE: tl.constexpr, BLO
     else:
         t_lo = j * chunk_len
     t_hi = tl.minimum(t_lo + chunk_len, T)
-    return FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi
+    return B, FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi
 
 
 @triton.jit
@@ -653,10 +656,8 @@ def chained_kernel(
     the look-back must compose published pairs. (Triton's interpreter runs programs one
     after another, where every predecessor has published its state.)
     """
-    if WIDE:
-        B = B.to(tl.int64)  # AGG holds 3 * n_chunks * B values: offsets past 2**31 when the inputs are that large
-    FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE,
-                                                                      BLOCK_B, TWO_LEVEL, WIDE)
+    B, FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks,
+                                                                         REVERSE, BLOCK_B, TWO_LEVEL, WIDE)
     a, k, ia, ik, out_a, out_k, tile, keep = _block(
         ins, in_strides, scalars, t_lo + _block_axes(STRIPES, STEPS, WIDE), tl.expand_dims(b_hi, 0),
         tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B,
@@ -697,10 +698,8 @@ def chained_stripe_kernel(
     windows before it by the same look-back, then reads its window again, from cache, to run
     the stripes and write the outputs (pass 2). Only a few values per thread stay live, so
     many programs share each SM and hide one another's waits."""
-    if WIDE:
-        B = B.to(tl.int64)
-    FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE,
-                                                                      BLOCK_B, TWO_LEVEL, WIDE)
+    B, FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks,
+                                                                         REVERSE, BLOCK_B, TWO_LEVEL, WIDE)
     stripe = tl.arange(0, STRIPES)[:, None]
     if WIDE:
         stripe = stripe.to(tl.int64)
