@@ -17,10 +17,11 @@ spill registers:
   predecessor at a time backward in time, ``block_kernel`` forward); for
   ``N >= 16384, T <= 16``, ``block_kernel`` with every step in one thread (kernels of at
   most 5 series); for 16-64 environments and ``T >= 65536``, ``chained_stripe_kernel``
-  (512-step windows of 16 environments, folded, chained, read again to emit); otherwise by ``T``: 16-step tiles of 16 environments for
-  ``T <= 16``, stripes of 4 steps up to ``T = 128``,
-  and ``scan_kernel`` with narrow environment blocks (16, so more programs are in flight)
-  beyond; under ``torch.use_deterministic_algorithms(True)``, never ``chained_kernel``;
+  (512-step windows of 16 environments, folded, chained, read again to emit); otherwise by
+  ``T``: 16-step tiles of 16 environments for ``T <= 16``, stripes of 4 steps up to
+  ``T = 128``, and ``scan_kernel`` with narrow environment blocks (16, so more programs are
+  in flight) beyond; under ``torch.use_deterministic_algorithms(True)``, neither chained
+  kernel;
 * too few environments to fill the GPU and ``T >= 1024``: time is also split into
   chunks run by separate programs, in two launches (reduce the chunks, then fold and emit);
 * ``exact``: the stripe kernel with one step per stripe (a plain sequential loop) and
