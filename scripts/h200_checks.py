@@ -140,7 +140,9 @@ def kernel_time(fn, n=20):
     return sum(e.self_device_time_total for e in prof.key_averages()) / n
 
 
-# Backward launch settings tried at each shape (forced_config), against the heuristic's.
+# Backward launch settings tried at 4096 x 2048 (forced_config), against the heuristic's: the
+# chained and two-pass layouts of runs 27 and 30 (the 2026-11-29 run compared stripe and scan
+# tiles, at 4096 x 128 too: docs/data/h200-2026-11-29-backward-settings.txt).
 BACKWARD_SETTINGS = {
     "heuristic": {},
     "chained 128x1x8 look-back 4": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1, lookback=4),
