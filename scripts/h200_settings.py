@@ -204,58 +204,54 @@ def _narrow(N: int, T: int, layout: str, op: str = "") -> dict:
     return out
 
 
+def _chained_rows(kind: str, block_b: int, rows) -> dict:
+    """Forced settings for ``kind`` ("chained" or "chained_stripe") with ``block_b`` environments
+    per program, one per row ``(stripes, steps, warps, look-back[, step scan])``, labelled by it."""
+    out = {}
+    for stripes, steps, warps, window, *scan in rows:
+        label = f"{kind} {block_b}x{stripes}x{steps} w{warps} look-back {window}"
+        settings = dict(kind=kind, block_b=block_b, stripes=stripes, steps=steps, num_warps=warps, lookback=window)
+        if scan:
+            label += f" {scan[0]}"
+            settings["step_scan"] = scan[0]
+        out[label] = settings
+    return out
+
+
 def _few_long(N: int, T: int, layout: str, op: str = "") -> dict:
     """Few environments, very long T: the chained blocks of 16 environments across stripes,
     with look-back windows and longer blocks (fewer links per chain)."""
-    out = {}
-    for stripes, steps, warps, window, scan in (
-            (64, 8, 8, 4, "shuffles"), (64, 8, 8, 8, "shuffles"), (64, 8, 8, 16, "shuffles"),
-            (64, 8, 8, 4, "registers"), (128, 8, 16, 4, "shuffles"), (64, 16, 8, 4, "shuffles"),
-            (32, 8, 4, 4, "shuffles")):
-        out[f"chained 16x{stripes}x{steps} w{warps} look-back {window} {scan}"] = dict(
-            kind="chained", block_b=16, stripes=stripes, steps=steps, num_warps=warps, lookback=window,
-            step_scan=scan)
-    return out
+    return _chained_rows("chained", 16, (
+        (64, 8, 8, 4, "shuffles"), (64, 8, 8, 8, "shuffles"), (64, 8, 8, 16, "shuffles"), (64, 8, 8, 4, "registers"),
+        (128, 8, 16, 4, "shuffles"), (64, 16, 8, 4, "shuffles"), (32, 8, 4, 4, "shuffles")))
 
 
 def _few_one_warp(N: int, T: int, layout: str, op: str = "") -> dict:
     """Few environments, very long T: chained blocks of one or two warps (no scan across warps;
     more, shorter links per chain) against the shipped 8-warp blocks of 512 steps."""
-    out = {}
-    for stripes, steps, warps, window, scan in (
-            (8, 16, 1, 1, "registers"), (8, 16, 1, 4, "registers"), (8, 16, 1, 4, "shuffles"),
-            (8, 8, 1, 4, "registers"), (16, 16, 2, 4, "registers"), (32, 8, 4, 4, "registers")):
-        out[f"chained 16x{stripes}x{steps} w{warps} look-back {window} {scan}"] = dict(
-            kind="chained", block_b=16, stripes=stripes, steps=steps, num_warps=warps, lookback=window,
-            step_scan=scan)
-    return out
+    return _chained_rows("chained", 16, (
+        (8, 16, 1, 1, "registers"), (8, 16, 1, 4, "registers"), (8, 16, 1, 4, "shuffles"),
+        (8, 8, 1, 4, "registers"), (16, 16, 2, 4, "registers"), (32, 8, 4, 4, "registers")))
 
 
 def _chained_stripe(N: int, T: int, layout: str, op: str = "") -> dict:
     """The chained kernel with the stripe kernel's two passes (fold, look back, read the window
     again and emit): few values live per thread, so many programs share an SM."""
     if N == 1:
-        shapes = ((1024, 4, 8, 4), (512, 8, 8, 4))
+        rows = ((1024, 4, 8, 4), (512, 8, 8, 4))
     elif N <= 64:
-        shapes = ((64, 8, 4, 1), (64, 8, 4, 4), (64, 8, 8, 4), (32, 8, 4, 4), (128, 8, 8, 4), (64, 4, 4, 4),
-                  (32, 16, 4, 4))
+        rows = ((64, 8, 4, 1), (64, 8, 4, 4), (64, 8, 8, 4), (32, 8, 4, 4), (128, 8, 8, 4), (64, 4, 4, 4),
+                (32, 16, 4, 4))
     else:
-        shapes = ((1, 16, 1, 4), (4, 8, 4, 4), (1, 8, 1, 4), (2, 16, 2, 4))
-    block_b = min(N, 128) if N <= 64 else 128
-    return {f"chained_stripe {block_b}x{stripes}x{steps} w{warps} look-back {window}": dict(
-        kind="chained_stripe", block_b=block_b, stripes=stripes, steps=steps, num_warps=warps, lookback=window)
-        for stripes, steps, warps, window in shapes}
+        rows = ((1, 16, 1, 4), (4, 8, 4, 4), (1, 8, 1, 4), (2, 16, 2, 4))
+    return _chained_rows("chained_stripe", N if N <= 64 else 128, rows)
 
 
 def _few_refine(N: int, T: int, layout: str, op: str = "") -> dict:
     """Around the shipped two-pass windows for few environments (16 x 32 x 16, 4 warps, look-back
     of 4): longer windows (fewer links per chain) and wider look-back windows."""
-    out = {}
-    for stripes, steps, warps, window in ((32, 16, 4, 8), (32, 32, 4, 4), (32, 32, 4, 8), (16, 32, 2, 4),
-                                          (64, 16, 8, 4), (32, 64, 4, 4)):
-        out[f"chained_stripe 16x{stripes}x{steps} w{warps} look-back {window}"] = dict(
-            kind="chained_stripe", block_b=16, stripes=stripes, steps=steps, num_warps=warps, lookback=window)
-    return out
+    return _chained_rows("chained_stripe", 16, (
+        (32, 16, 4, 8), (32, 32, 4, 4), (32, 32, 4, 8), (16, 32, 2, 4), (64, 16, 8, 4), (32, 64, 4, 4)))
 
 
 def _small(N: int, T: int, layout: str, op: str = "") -> dict:
