@@ -386,6 +386,15 @@ def _run_stripes(ins, in_strides, outs, out_strides, scalars, first, b_hi, b_lo,
 
 
 @triton.jit
+def _stripe_starts(STRIPES: tl.constexpr, STEPS: tl.constexpr, WIDE: tl.constexpr):
+    """A window's stripes' first time offsets, ``stripe*STEPS``, as a ``[STRIPES, 1]`` tensor."""
+    stripe = tl.arange(0, STRIPES)[:, None]
+    if WIDE:
+        stripe = stripe.to(tl.int64)
+    return stripe * STEPS
+
+
+@triton.jit
 def stripe_kernel(
     ins, in_strides, outs, out_strides, scalars,
     INIT, init_strides, AGG,
@@ -400,9 +409,7 @@ def stripe_kernel(
         INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
         REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
     carry_b = tl.full([1, BLOCK_B], 1, ACC)
-    stripe = tl.arange(0, STRIPES)[:, None]
-    if WIDE:
-        stripe = stripe.to(tl.int64)
+    starts = _stripe_starts(STRIPES, STEPS, WIDE)
     window = STRIPES * STEPS
     n_windows = tl.cdiv(t_hi - t_lo, window)
     for i in tl.range(n_windows, num_stages=STAGES, loop_unroll_factor=UNROLL):
@@ -410,7 +417,7 @@ def stripe_kernel(
             w = n_windows - 1 - i
         else:
             w = i
-        first = t_lo + w * window + stripe * STEPS
+        first = t_lo + w * window + starts
         a, k = _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STRIPES,
                              STEPS, BLOCK_B)
         ia, ik, out_a, out_k = _across_stripes(a, k, REVERSE, ACC, STRIPES, BLOCK_B)
@@ -700,10 +707,7 @@ def chained_stripe_kernel(
     many programs share each SM and hide one another's waits."""
     B, FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks,
                                                                          REVERSE, BLOCK_B, TWO_LEVEL, WIDE)
-    stripe = tl.arange(0, STRIPES)[:, None]
-    if WIDE:
-        stripe = stripe.to(tl.int64)
-    first = t_lo + stripe * STEPS
+    first = t_lo + _stripe_starts(STRIPES, STEPS, WIDE)
     a, k = _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STRIPES,
                          STEPS, BLOCK_B)
     ia, ik, out_a, out_k = _across_stripes(a, k, REVERSE, ACC, STRIPES, BLOCK_B)
