@@ -118,6 +118,9 @@ SETTINGS = [
     ("chained two per thread", dict(kind="chained", stripes=1, steps=2, block_b=64, num_warps=1, lookback=4)),
     ("chained stripes", dict(kind="chained", stripes=64, steps=8, block_b=16, num_warps=8, step_scan="shuffles")),
     ("chained stripe passes", dict(kind="chained_stripe", stripes=2, steps=4, block_b=16, num_warps=1, lookback=4)),
+    ("chained words", dict(kind="chained", stripes=1, steps=8, block_b=128, num_warps=1, lookback=4, link="words")),
+    ("chained stripe words", dict(kind="chained_stripe", stripes=4, steps=4, block_b=16, num_warps=4, lookback=4,
+                                  link="words")),
     ("block by shuffles", dict(kind="block", stripes=2, steps=4, block_b=8, num_warps=1, step_scan="shuffles")),
     ("stripe pipelined", dict(kind="stripe", stripes=1, steps=1, block_b=32, num_warps=1, stages=4, n_chunks=3)),
 ]

@@ -20,6 +20,9 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py few_one_warp  # few environments: one- and two-warp chained blocks
     python scripts/h200_settings.py chained_stripe  # chained windows in two passes (fold, look back, emit)
     python scripts/h200_settings.py few_refine  # few environments: around the shipped two-pass windows
+    python scripts/h200_settings.py words       # the chained kernels' look-back over one word per pair
+    python scripts/h200_settings.py words_few   # the same for few environments, very long T
+    python scripts/h200_settings.py words_one   # the same for one sequence of 1,000,000 steps
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -254,6 +257,20 @@ def _few_refine(N: int, T: int, layout: str, op: str = "") -> dict:
         (32, 16, 4, 8), (32, 32, 4, 4), (32, 32, 4, 8), (16, 32, 2, 4), (64, 16, 8, 4), (32, 64, 4, 4)))
 
 
+def _words(N: int, T: int, layout: str, op: str = "") -> dict:
+    """The chained kernels' pairs published as one 64-bit word per environment (one round trip
+    per look-back step instead of two: flags, then pairs), at the heuristic's settings and
+    around them, against the heuristic (flags)."""
+    if N == 1:
+        rows = _chained_rows("chained_stripe", 1, ((128, 16, 4, 2), (256, 16, 4, 2), (512, 8, 4, 2), (512, 8, 8, 2)))
+    elif N <= 64:
+        rows = _chained_rows("chained_stripe", 16, ((32, 16, 4, 1), (32, 16, 4, 2), (32, 16, 4, 4), (16, 16, 4, 2)))
+    else:
+        rows = _chained_rows("chained", 64 if op in ("vtrace", "retrace") else 128,
+                             ((1, 16, 1, 1), (1, 16, 1, 2), (1, 16, 1, 4), (1, 8, 1, 2)))
+    return {f"{label} words": dict(settings, link="words") for label, settings in rows.items()}
+
+
 def _small(N: int, T: int, layout: str, op: str = "") -> dict:
     """Short T, too few environments to fill the GPU with 64-environment tiles: narrower tiles,
     more programs (the whole-grid run 24 had V-trace at 64 x 16 in 5.05 us and at 8 x 16, one
@@ -319,6 +336,10 @@ GROUPS = {
         (op, 4096, 2048, "tn") for op in ("gae", "vtrace", "retrace")]),
     "few_refine": (_few_refine, [(op, 16, 262144, "tn") for op in ("gae", "discounted_returns", "vtrace",
                                                                      "td_lambda")]),
+    "words": (_words, [(op, 4096, 2048, "tn") for op in cases.CASES] + [
+        (op, 16384, 512, "tn") for op in ("gae", "discounted_returns", "vtrace")]),
+    "words_few": (_words, [(op, 16, 262144, "tn") for op in cases.CASES] + [("gae", 64, 65536, "tn")]),
+    "words_one": (_words, [(op, 1, 1_000_000, "tn") for op in ("gae", "vtrace", "discounted_returns")]),
     "small": (_small, [(op, N, 16, "tn") for op in ("vtrace", "gae", "retrace") for N in (64, 512, 4096, 16384)] + [
         (op, N, 8, "tn") for op in ("vtrace", "gae") for N in (64, 4096)]),
     "heavy": (_heavy, [(op, N, T, "tn") for op in ("vtrace", "retrace") for N, T in ((4096, 2048), (16384, 512))]),

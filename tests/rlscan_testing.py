@@ -101,6 +101,11 @@ KERNEL_CONFIGS = {
     "chained-stripe": dict(kind="chained_stripe", stripes=2, steps=3, block_b=2),
     "chained-stripe-look-back": dict(kind="chained_stripe", stripes=1, steps=2, block_b=4, test_lookback=True,
                                      lookback=4),
+    "chained-words": dict(kind="chained", stripes=2, steps=2, block_b=2, link="words"),
+    "chained-words-look-back": dict(kind="chained", stripes=1, steps=2, block_b=4, test_lookback=True, lookback=4,
+                                    link="words"),
+    "chained-stripe-words": dict(kind="chained_stripe", stripes=1, steps=2, block_b=4, test_lookback=True, lookback=2,
+                                 link="words"),
 }
 
 # ----------------------------------------------------------------------------- problems

@@ -107,6 +107,8 @@ def launch_settings(draw, problem):
                       steps=draw(st.sampled_from([1, 2, 4])))
     if kind in ("chained", "chained_stripe"):
         config["test_lookback"] = draw(st.booleans())
+        config["link"] = draw(st.sampled_from(["flags", "words"]))
+        config["lookback"] = draw(st.sampled_from([1, 2, 4]))
     while _cost(config, T, envs) > LAUNCH_BUDGET:
         config["block_t" if kind == "scan" else "stripes"] *= 2
     return config

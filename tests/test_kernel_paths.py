@@ -57,7 +57,8 @@ def test_kernel_path(triton_path, op, config):
 
 @pytest.mark.parametrize("op", OP_NAMES)
 @pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back",
-                                    "chained-window", "chained-stripe-look-back"])
+                                    "chained-window", "chained-stripe-look-back", "chained-words-look-back",
+                                    "chained-stripe-words"])
 @pytest.mark.parametrize("layout", ["time-last", "two-groups"])
 def test_kernel_path_layouts(triton_path, op, config, layout):
     problem = _problem(op, layout, triton_path.device, seed=len(config) + len(layout))
@@ -95,12 +96,12 @@ def test_gpu_heuristic_by_shape():
             # settings of old (chained or block)
             first, second, last = _gpu_configs(T, N, False, 132, reverse=reverse, series=5)
             narrow, *heavy = _gpu_configs(T, N, False, 132, reverse=reverse, series=6)
-            # heavier kernels, either way in time: 64 environments per program first
-            assert (narrow.kind, narrow.block_b, narrow.num_warps, narrow.steps, narrow.lookback) == (
-                "chained", 64, 1, 16, 4)
+            # heavier kernels, either way in time: 64 environments per program first, pairs as words
+            assert (narrow.kind, narrow.block_b, narrow.num_warps, narrow.steps, narrow.lookback, narrow.link) == (
+                "chained", 64, 1, 16, 1, "words")
             assert tuple(heavy) == (second, last)
-            assert (first.kind, first.block_b, first.num_warps, first.steps, first.lookback) == (
-                "chained", 128, 1, 16, 4)
+            assert (first.kind, first.block_b, first.num_warps, first.steps, first.lookback, first.link) == (
+                "chained", 128, 1, 16, 4, "flags")
             assert (first.chunk_len, first.n_chunks) == (16, T // 16)
             assert (second.kind, second.steps, second.lookback, second.n_chunks) == ("chained", 8, 4, T // 8)
             if reverse:
@@ -121,13 +122,17 @@ def test_gpu_heuristic_by_shape():
             assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.block_t, cfg.n_chunks) == ("scan", 8, 1, T, 1)
     assert _gpu_config(8, 16384, False, 132).kind == "stripe"  # the sequential layout from 16384 environments
     assert _gpu_config(4, 4096, False, 132).kind == "stripe"  # and below 8 steps
-    for N, T in ((16, 262144), (64, 65536)):  # few environments, very long T: 512-step windows in two passes
+    for N, T in ((16, 262144), (64, 65536)):  # few environments, very long T: 256-step windows in two passes
         (cfg,) = _gpu_configs(T, N, False, 132)
-        assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.stripes, cfg.steps, cfg.lookback) == (
-            "chained_stripe", 16, 4, 32, 16, 4)
-        assert cfg.n_chunks == T // 512
+        assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.stripes, cfg.steps, cfg.lookback, cfg.link) == (
+            "chained_stripe", 16, 4, 16, 16, 2, "words")
+        assert cfg.n_chunks == T // 256
         assert _gpu_config(T, N, False, 132, deterministic=True).kind == "scan"
     assert _gpu_config(128, 4096, False, 132).kind == "stripe"
+    for T in (1, 8):  # one environment, a few steps backward in time: the sequential layout
+        assert all(sequential(_gpu_config(T, 1, contiguous, 132)) for contiguous in (False, True))
+        assert _gpu_config(T, 1, False, 132, reverse=False).kind == "scan"
+    assert _gpu_config(16, 1, False, 132).kind == "scan"
     one_sequence = _gpu_config(1_000_000, 1, False, 132)
     assert (one_sequence.block_t, one_sequence.n_chunks > 1) == (512, True)
     assert _gpu_config(2048, 4096, True, 132).block_t == 256
@@ -187,3 +192,37 @@ def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, m
         assert_matches_reference(problem)
         assert plan.cfg == candidates[2]
     launch._PLANS.clear()
+
+
+def test_words_link_is_float32_only(triton_path):
+    """Pairs published as one 64-bit word hold two float32 values: float64 problems publish
+    flagged pairs instead, with the other settings unchanged, and both match the reference."""
+    import torch
+
+    from rlscan._triton import launch
+
+    settings = dict(KERNEL_CONFIGS["chained-words-look-back"])
+    for dtype, link in ((torch.float32, "words"), (torch.float64, "flags")):
+        problem = make_problem("gae", (T, 3), dtype=dtype, device=triton_path.device, seed=6)
+        launch._PLANS.clear()
+        with forced_config(**settings):
+            assert_matches_reference(problem)
+        (plan,) = launch._PLANS.values()
+        assert (plan.cfg.kind, plan.cfg.lookback, plan.cfg.link) == ("chained", settings["lookback"], link)
+    launch._PLANS.clear()
+
+
+def test_words_look_back_ends_with_nan_coefficients(triton_path):
+    """A NaN whose bits are all set (the word that means "not published yet") in a
+    coefficient is published as the canonical NaN, so the look-back ends: NaN where the
+    reference has NaN, the reference's values elsewhere."""
+    import torch
+
+    all_bits_set = torch.tensor(-1, dtype=torch.int32).view(torch.float32)
+    alpha = torch.randn(T, 3, generator=torch.Generator().manual_seed(7))
+    beta = torch.full((T, 3), 0.9)
+    alpha[T - 2, 1] = beta[T - 2, 1] = all_bits_set  # the block holding it would publish the word -1
+    with forced_config(**KERNEL_CONFIGS["chained-words-look-back"]):
+        got = rlscan.linear_scan(alpha.to(triton_path.device), beta.to(triton_path.device), reverse=True)
+    want = rlscan.reference.linear_scan(alpha.double(), beta.double(), reverse=True)
+    torch.testing.assert_close(got.cpu().double(), want, equal_nan=True, rtol=1e-5, atol=1e-6)

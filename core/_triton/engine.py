@@ -31,6 +31,11 @@ carrying the state in registers, so registers stay fixed whatever ``T`` is:
   does, in two passes over its inputs (fold, then read again and emit), so that few values
   stay live per thread while a program waits on the look-back.
 
+The chained kernels publish each block's pairs in one of two ways (``LINK``): ``"flags"``,
+pairs stored, then a flag per block raised with release semantics and read with acquire
+(two round trips per look-back step, any dtype); or ``"words"``, each environment's float32
+pair packed in one 64-bit word that is its own flag (one round trip, no fences).
+
 The first three can split time into ``n_chunks`` chunks run by separate programs, in two
 launches: ``PHASE=1`` reduces each chunk to its composed pair ``(a, b)``; ``PHASE=2`` folds
 the pairs of the chunks that precede it in scan order into its carry, then scans and emits.
@@ -593,17 +598,22 @@ def _publish(FLAGS, i, flag):
 
 @triton.jit
 def _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE: tl.constexpr, BLOCK_B: tl.constexpr,
-                TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+                TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, LINK: tl.constexpr):
     """This program's link of the chain: a ticket gives its scan position ``j`` and
     environment block ``pid_b`` (in the order programs start), hence its environments and
-    time range. Returns ``B`` (64-bit where ``WIDE``), the flags' pointer, the number of
-    environment blocks, ``j``, ``pid_b``, the environments ``(b, b_hi, b_lo, mb)`` and
-    ``[t_lo, t_hi)``."""
+    time range. Returns ``B`` (64-bit where ``WIDE``), the pointer to the flags (``LINK =
+    "flags"``) or to the words (``"words"``), the number of environment blocks, ``j``,
+    ``pid_b``, the environments ``(b, b_hi, b_lo, mb)`` and ``[t_lo, t_hi)``."""
     if WIDE:
         B = B.to(tl.int64)  # AGG holds 3 * n_chunks * B values: offsets past 2**31 when the inputs are that large
     n_b = tl.num_programs(0)
-    FLAGS = (AGG + 3 * n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
-    ticket = tl.atomic_add(FLAGS + n_chunks * n_b, 1, sem="relaxed", scope="gpu")
+    if LINK == "words":
+        FLAGS = AGG.to(tl.pointer_type(tl.int64), bitcast=True)
+        counter = (FLAGS + n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
+        ticket = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu") + 1  # the counter starts at -1
+    else:
+        FLAGS = (AGG + 3 * n_chunks * B).to(tl.pointer_type(tl.int32), bitcast=True)
+        ticket = tl.atomic_add(FLAGS + n_chunks * n_b, 1, sem="relaxed", scope="gpu")
     j = ticket // n_b
     pid_b = ticket % n_b
     b, b_hi, b_lo, mb = _envs(pid_b, B, B_lo, BLOCK_B, TWO_LEVEL, WIDE)
@@ -616,12 +626,72 @@ def _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE: tl.constexpr, BLO
 
 
 @triton.jit
+def _word(a, k):
+    """The float32 pair ``(a, k)`` as one int64 word, ``a`` in the low half. A NaN ``k`` is
+    stored as the canonical NaN, so no word has all bits set (``NOT_READY``, -1)."""
+    k = tl.where(k == k, k, float("nan"))
+    return (k.to(tl.uint32, bitcast=True).to(tl.int64) << 32) | a.to(tl.uint32, bitcast=True).to(tl.int64)
+
+
+@triton.jit
+def _unword(w):
+    """The pair ``(a, k)`` of a word made by :func:`_word`."""
+    return w.to(tl.int32).to(tl.float32, bitcast=True), (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _look_back_words(WORDS, j, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexpr, W: tl.constexpr):
+    """The state carried into position ``j``, with each environment's pair published as one
+    word: ``(a, k)`` composed over its block, then ``(state, 0)`` once the outgoing state is
+    known; -1 until either. Each environment walks back on its own, reading the words of
+    ``W`` positions per round trip, and composes them nearest first up to the first that is
+    not ready (read again next round) or has ``k = 0``, where its walk ends: that word is an
+    outgoing state, or a block cut by a finished episode. Position 0 publishes its outgoing
+    state, so every walk ends. One round trip per ``W`` positions, against two for
+    :func:`_look_back_window` (flags, then pairs). While a word is not ready, the program
+    polls that one word rather than reading the whole window again."""
+    r = tl.arange(0, W)[:, None]
+    acc_a = tl.zeros([1, BLOCK_B], ACC)
+    acc_k = tl.full([1, BLOCK_B], 1, ACC)
+    p = tl.zeros([1, BLOCK_B], tl.int32) + (j - 1)  # each environment's nearest position not yet composed
+    walking = mb
+    while tl.sum(walking.to(tl.int32)) > 0:
+        q = p - r
+        words = tl.load(WORDS + q * B + b, mask=walking & (q >= 0), other=-1, volatile=True)
+        taking = walking
+        start = p
+        for i in tl.static_range(W):
+            w = row(words, i, W)
+            a, k = _unword(w)
+            taking = taking & (w != -1)
+            acc_a = tl.where(taking, acc_a + acc_k * a, acc_a)
+            acc_k = tl.where(taking, acc_k * k, acc_k)
+            p = tl.where(taking, p - 1, p)
+            walking = walking & ~(taking & (k == 0))
+            taking = taking & (k != 0)
+        stalled = walking & (p == start)
+        if tl.sum(stalled.to(tl.int32)) > 0:
+            # wait on one word, not the whole window's, until its program publishes
+            at = tl.max(tl.where(stalled, p, -1))
+            env = tl.min(tl.where(stalled & (p == at), b, B))
+            one = tl.load(WORDS + at * B + env, volatile=True)
+            while one == -1:
+                one = tl.load(WORDS + at * B + env, volatile=True)
+    return acc_a
+
+
+@triton.jit
 def _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT, init_strides,
-                 ACC: tl.constexpr, BLOCK_B: tl.constexpr, TEST_LOOKBACK: tl.constexpr, LOOKBACK: tl.constexpr):
+                 ACC: tl.constexpr, BLOCK_B: tl.constexpr, TEST_LOOKBACK: tl.constexpr, LOOKBACK: tl.constexpr,
+                 LINK: tl.constexpr):
     """The state carried into link ``j``, whose composed pair is ``(out_a, out_k)``: publish
-    the pair, look back for the state, publish the outgoing state ``out_a + out_k · carry``."""
+    the pair, look back for the state, publish the outgoing state ``out_a + out_k · carry``
+    (as flagged pairs, or as words: :func:`_look_back_words`)."""
     if j == 0:
         carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
+    elif LINK == "words":
+        tl.atomic_xchg(FLAGS + j * B + b, _word(out_a, out_k), mask=mb, sem="relaxed", scope="gpu")
+        carry = _look_back_words(FLAGS, j, B, b, mb, ACC, BLOCK_B, LOOKBACK)
     else:
         tl.store(AGG + j * B + b, out_a, mask=mb)
         tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
@@ -631,8 +701,12 @@ def _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_
         else:
             carry = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B, LOOKBACK)
     if not TEST_LOOKBACK or j % 2 == 0:
-        tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
-        _publish(FLAGS, j * n_b + pid_b, 2)
+        if LINK == "words":
+            state = _word(out_a + out_k * carry, tl.zeros([1, BLOCK_B], ACC))
+            tl.atomic_xchg(FLAGS + j * B + b, state, mask=mb, sem="relaxed", scope="gpu")
+        else:
+            tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
+            _publish(FLAGS, j * n_b + pid_b, 2)
     return carry
 
 
@@ -645,7 +719,7 @@ def chained_kernel(
     ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
     BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
     UNROLL: tl.constexpr = None, TEST_LOOKBACK: tl.constexpr = False, STEP_SCAN: tl.constexpr = "registers",
-    LOOKBACK: tl.constexpr = 1,
+    LOOKBACK: tl.constexpr = 1, LINK: tl.constexpr = "flags",
 ):
     """One pass over the inputs: each program scans one ``[STEPS, STRIPES, BLOCK_B]`` block
     (``chunk_len = STEPS * STRIPES`` steps) and is chained to the blocks before it in scan
@@ -655,7 +729,9 @@ def chained_kernel(
 
     ``AGG`` holds rows of ``B`` values: the pairs' ``a`` (rows ``[0, n)``) and ``k``
     (``[n, 2n)``) and the outgoing states (``[2n, 3n)``), ``n = n_chunks``, then, as int32,
-    one flag per (position, environment block) and a ticket counter, all zero at launch.
+    one flag per (position, environment block) and a ticket counter, all zero at launch
+    (``LINK = "flags"``). With ``LINK = "words"`` it holds one int64 word per position and
+    environment (:func:`_word`), then the counter, every bit set at launch.
     Programs take positions from the counter in the order they start, so a program waits
     only on programs already running: the chain cannot deadlock.
 
@@ -664,13 +740,13 @@ def chained_kernel(
     after another, where every predecessor has published its state.)
     """
     B, FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks,
-                                                                         REVERSE, BLOCK_B, TWO_LEVEL, WIDE)
+                                                                         REVERSE, BLOCK_B, TWO_LEVEL, WIDE, LINK)
     a, k, ia, ik, out_a, out_k, tile, keep = _block(
         ins, in_strides, scalars, t_lo + _block_axes(STRIPES, STEPS, WIDE), tl.expand_dims(b_hi, 0),
         tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B,
         STEP_SCAN)
     carry = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
-                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK)
+                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK, LINK)
     _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT, REVERSE, STEPS)
 
 
@@ -698,7 +774,7 @@ def chained_stripe_kernel(
     ACC: tl.constexpr, STRIPES: tl.constexpr, STEPS: tl.constexpr, BLOCK_B: tl.constexpr,
     BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None,
     UNROLL: tl.constexpr = None, TEST_LOOKBACK: tl.constexpr = False, LOOKBACK: tl.constexpr = 1,
-    OPAQUE: tl.constexpr = False,
+    OPAQUE: tl.constexpr = False, LINK: tl.constexpr = "flags",
 ):
     """:func:`chained_kernel` with the stripe kernel's two passes in place of a block held in
     registers: each program folds its window's stripes into pairs (pass 1), is chained to the
@@ -706,13 +782,13 @@ def chained_stripe_kernel(
     the stripes and write the outputs (pass 2). Only a few values per thread stay live, so
     many programs share each SM and hide one another's waits."""
     B, FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks,
-                                                                         REVERSE, BLOCK_B, TWO_LEVEL, WIDE)
+                                                                         REVERSE, BLOCK_B, TWO_LEVEL, WIDE, LINK)
     first = t_lo + _stripe_starts(STRIPES, STEPS, WIDE)
     a, k = _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STRIPES,
                          STEPS, BLOCK_B)
     ia, ik, out_a, out_k = _across_stripes(a, k, REVERSE, ACC, STRIPES, BLOCK_B)
     carry = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
-                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK)
+                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK, LINK)
     _run_stripes(ins, in_strides, outs, out_strides, scalars, _opaque(first, OPAQUE), b_hi, b_lo, mb, t_hi, T,
                  ia + ik * carry, COEFFS, EMIT, REVERSE, ACC, STEPS)
 

@@ -5,6 +5,8 @@ autotuning on the user's first call. Where it lists several settings, a launch p
 compiles them in order (without running them) and keeps the first whose kernel does not
 spill registers:
 
+* one environment with ``T <= 8``, backward in time: one step at a time, in one thread (the
+  sequential layout);
 * inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps (512
   for one very long sequence);
 * inputs contiguous along environments (``[T, N]``): for ``8 <= T <= 16`` and ``N < 16384``,
@@ -13,11 +15,13 @@ spill registers:
   (``N >= 50561`` on an H200); for ``N >= 4096, T >= 512``, 128 environments per one-warp
   program with steps kept in each thread: ``chained_kernel`` (one pass, blocks of 16 steps
   chained by a decoupled look-back that reads 4 predecessors at a time; 8 steps where 16
-  spill, and 64 environments per program first for kernels of more than 5 series; then one
-  predecessor at a time backward in time, ``block_kernel`` forward); for
+  spill, and first, for kernels of more than 5 series, 64 environments per program whose
+  pairs are published as one word each and read one at a time; then one predecessor at a
+  time backward in time, ``block_kernel`` forward); for
   ``N >= 16384, T <= 16``, ``block_kernel`` with every step in one thread (kernels of at
   most 5 series); for 16-64 environments and ``T >= 65536``, ``chained_stripe_kernel``
-  (512-step windows of 16 environments, folded, chained, read again to emit); otherwise by
+  (256-step windows of 16 environments, folded, chained by pairs published as one word
+  each, read again to emit); otherwise by
   ``T``: 16-step tiles of 16 environments for ``T <= 16``, stripes of 4 steps up to
   ``T = 128``, and ``scan_kernel`` with narrow environment blocks (16, so more programs are
   in flight) beyond; under ``torch.use_deterministic_algorithms(True)``, neither chained
@@ -58,6 +62,7 @@ class Config(NamedTuple):
     test_lookback: bool = False  # chained kinds, tests only: make the look-back compose published pairs
     step_scan: str = "registers"  # block, chained: scan the steps in each thread ("registers") or "shuffles"
     lookback: int = 1  # chained kinds: predecessors read per round trip of the look-back
+    link: str = "flags"  # chained kinds: pairs published with flags, or as one word each ("words", float32 only)
 
 
 CHAINED = ("chained", "chained_stripe")  # one launch, windows chained by a decoupled look-back
@@ -74,7 +79,7 @@ _forced: Optional[dict] = None
 def forced_config(**settings):
     """Force launch settings (``kind``, ``block_t``, ``block_b``, ``stripes``, ``steps``,
     ``n_chunks``, ``num_warps``, ``stages``, ``unroll``, ``test_lookback``, ``step_scan``,
-    ``lookback``) inside a
+    ``lookback``, ``link``) inside a
     ``with`` block. Tests use it to reach every kernel path with small shapes; the
     benchmarks use it to compare settings."""
     global _forced
@@ -169,6 +174,12 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         # one long sequence: 512-step tiles, about 4 chunks per SM (1 x 1,000,000: 15.5 against
         # 21.4 us with 256-step tiles; scripts/h200_settings.py long)
         cfg = Config("scan", 1, 4, block_t=512)
+    elif B == 1 and T <= 8 and reverse:
+        # one environment, a few steps, backward in time: the sequential layout, one thread. At
+        # 1 x 8, the 8-step tile lost to the sequential kernel for GAE, TD(λ), V-trace and
+        # Retrace (run 24); this ran 1.01-1.05x as fast as the sequential kernel for the six
+        # backward-time ops (run 35). Forward in time the tiles were 1.2-1.3x faster than it
+        cfg = Config("stripe", 1, 1)
     elif time_contiguous or B == 1:
         cfg = Config("scan", min(4, _pow2(B)), 4, block_t=min(256, _pow2(T)))
     elif 8 <= T <= 16 and B < 16384:
@@ -185,12 +196,14 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         # there is parallelism enough across environments alone
         cfg = Config("stripe", min(128, _pow2(B)), 4 if B >= 128 else 1)
     elif 16 <= B <= 64 and T >= 65536 and not deterministic:
-        # few environments, very long T: windows of 512 steps (32 stripes of 16) for 16
+        # few environments, very long T: windows of 256 steps (16 stripes of 16) for 16
         # environments, chained in two passes (chained_stripe_kernel: fold, look back, read the
-        # window again to emit), four warps. Against run 19's 512-step blocks held in registers
-        # (one 8-warp program per SM), 1.18-1.54x faster at 16 x 262144 for GAE, V-trace, Retrace
-        # and discounted returns (run 28, scripts/h200_settings.py chained_stripe)
-        return (_with_chunks(Config("chained_stripe", 16, 4, stripes=32, steps=16, lookback=4), T, 1),)
+        # window again to emit), four warps, each pair published as one word and read 2 at a
+        # time. Against run 28's 512-step windows with flagged pairs, 1.20-2.55x faster at
+        # 16 x 262144 for all 8 ops and 1.24x for GAE at 64 x 65536 (run 33,
+        # scripts/h200_settings.py words_few); run 28's were 1.18-1.54x faster than run 19's
+        # 512-step blocks held in registers (one 8-warp program per SM)
+        return (_with_chunks(Config("chained_stripe", 16, 4, stripes=16, steps=16, lookback=2, link="words"), T, 1),)
     elif B >= 4096 and T >= 512 and not deterministic:
         # chained_kernel (one pass), one warp of 128 environments, 16 steps in each thread and a
         # look-back of 4 blocks per round trip: 1.06-1.41x faster than 8 steps at 4096 x 2048 and
@@ -211,8 +224,10 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
             # two per thread, 16 steps. At 4096 x 2048 against 128 x 8 steps: Retrace 1.13-1.15x
             # (also 16384 x 512; run 23, scripts/h200_settings.py heavy); the backward of TD(λ)
             # 1.13x and of GAE 1.07x, forward in time (run 27, scripts/h200_checks.py
-            # backward_settings). 32 environments, one per thread, ran 12-220x slower.
-            first = (_with_chunks(chained._replace(block_b=64), T, 1),)
+            # backward_settings). 32 environments, one per thread, ran 12-220x slower. Pairs
+            # published as words, read one at a time: V-trace 1.11x and 1.09x, Retrace 1.06x
+            # faster than flagged pairs read 4 at a time (run 33, h200_settings.py words)
+            first = (_with_chunks(chained._replace(block_b=64, lookback=1, link="words"), T, 1),)
         else:
             first = ()
         return first + configs
@@ -324,12 +339,17 @@ class LaunchPlan:
 
         coeffs, emit, reverse = self.spec
         T, B = self.layout.T, self.layout.B
+        if cfg.kind in CHAINED and cfg.link == "words" and self.compute_dtype != torch.float32:
+            cfg = cfg._replace(link="flags")  # a word holds two float32 values
         self.cfg = cfg
         self.grid = (math.ceil(B / cfg.block_b), cfg.n_chunks, 1)
-        # scratch: the chunks' pairs; for the chained kernel, pairs and outgoing states, then
-        # int32 flags and a ticket counter (zeroed on every call, from ``flags_at``)
+        # scratch: the chunks' pairs; for the chained kernels, pairs and outgoing states, then
+        # int32 flags and a ticket counter (zeroed on every call, from ``flags_at``), or one
+        # int64 word per position and environment and the counter (all bits set on every call)
         self.flags_at = None
-        if cfg.kind in CHAINED:
+        if cfg.kind in CHAINED and cfg.link == "words":
+            self.agg_numel = 2 * (cfg.n_chunks * B + 1)
+        elif cfg.kind in CHAINED:
             self.flags_at = 3 * cfg.n_chunks * B
             n_flags = cfg.n_chunks * self.grid[0] + 1
             self.agg_numel = self.flags_at + math.ceil(32 * n_flags / torch.finfo(self.compute_dtype).bits)
@@ -349,6 +369,7 @@ class LaunchPlan:
             if cfg.kind in CHAINED:
                 kwargs["TEST_LOOKBACK"] = cfg.test_lookback
                 kwargs["LOOKBACK"] = cfg.lookback
+                kwargs["LINK"] = cfg.link
             if cfg.kind == "chained_stripe":
                 kwargs["OPAQUE"] = not interpreting()
             if cfg.kind in ("block", "chained"):
@@ -370,6 +391,8 @@ class LaunchPlan:
         agg = torch.empty(self.agg_numel, dtype=self.compute_dtype, device=self.device) if self.agg_numel else None
         if self.flags_at is not None:
             agg[self.flags_at:].zero_()
+        elif self.cfg.kind in CHAINED:
+            agg.view(torch.int32).fill_(-1)
         return (ins, in_strides, outs, out_strides, self._parts, init, init_strides, agg) + self.sizes
 
     def _pick_by_local_memory(self, ins, outs) -> None:

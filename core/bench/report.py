@@ -247,8 +247,7 @@ def plot(path: str, cells, solid: str, dashed: Optional[str], title: str) -> boo
             for key, style in keys:
                 points = [(c["T"], x) for c in mine for x in speedups([c], key)]
                 if points:
-                    ax.plot(*zip(*points), style, color=colour, markersize=3.5, linewidth=1.2,
-                            label=f"N={n}" if key == solid else None)
+                    ax.plot(*zip(*points), style, color=colour, markersize=3.5, linewidth=1.2)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -258,12 +257,16 @@ def plot(path: str, cells, solid: str, dashed: Optional[str], title: str) -> boo
         ax.grid(True, which="both", alpha=0.2)
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="center right", fontsize=8)
+    # one entry per N, whichever alternative was measured for it, then one per line style
+    handles = [plt.Line2D([], [], color=colours(i / max(1, len(ns) - 1)), marker="s", linestyle="none",
+                          label=f"N={n}") for i, n in enumerate(ns)]
+    handles += [plt.Line2D([], [], color="black", linestyle=style[:-1], marker=style[-1], markersize=3.5,
+                           label=f"against {key}") for key, style in keys]
+    if ns:
+        fig.legend(handles=handles, loc="center right", fontsize=8)
     against = f"solid against {solid}" + (f", dashed against {dashed}" if dashed else "")
     fig.suptitle(f"{title}\nrlscan's speedup: {against}", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 0.93, 1))
+    fig.tight_layout(rect=(0, 0, 0.9, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
