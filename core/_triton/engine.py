@@ -605,7 +605,7 @@ def _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE: tl.constexpr, BLO
     "flags"``) or to the words (``"words"``), the number of environment blocks, ``j``,
     ``pid_b``, the environments ``(b, b_hi, b_lo, mb)`` and ``[t_lo, t_hi)``."""
     if WIDE:
-        B = B.to(tl.int64)  # AGG holds 3 * n_chunks * B values: offsets past 2**31 when the inputs are that large
+        B = B.to(tl.int64)  # AGG's offsets reach n_chunks * B and beyond: past 2**31 when the inputs are that large
     n_b = tl.num_programs(0)
     if LINK == "words":
         FLAGS = AGG.to(tl.pointer_type(tl.int64), bitcast=True)

@@ -239,10 +239,10 @@ def plot(path: str, cells, solid: str, dashed: Optional[str], title: str) -> boo
     cols = min(4, max(1, len(ops)))
     rows = math.ceil(len(ops) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.6 * rows), squeeze=False)
-    colours = plt.get_cmap("viridis")
+    cmap = plt.get_cmap("viridis")
+    colour_of = {n: cmap(i / max(1, len(ns) - 1)) for i, n in enumerate(ns)}
     for ax, op in zip(axes.flat, ops):
-        for i, n in enumerate(ns):
-            colour = colours(i / max(1, len(ns) - 1))
+        for n, colour in colour_of.items():
             mine = sorted((c for c in cells if c["op"] == op and c["N"] == n), key=lambda c: c["T"])
             for key, style in keys:
                 points = [(c["T"], x) for c in mine for x in speedups([c], key)]
@@ -258,8 +258,8 @@ def plot(path: str, cells, solid: str, dashed: Optional[str], title: str) -> boo
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")
     # one entry per N, whichever alternative was measured for it, then one per line style
-    handles = [plt.Line2D([], [], color=colours(i / max(1, len(ns) - 1)), marker="s", linestyle="none",
-                          label=f"N={n}") for i, n in enumerate(ns)]
+    handles = [plt.Line2D([], [], color=colour, marker="s", linestyle="none", label=f"N={n}")
+               for n, colour in colour_of.items()]
     handles += [plt.Line2D([], [], color="black", linestyle=style[:-1], marker=style[-1], markersize=3.5,
                            label=f"against {key}") for key, style in keys]
     if ns:
