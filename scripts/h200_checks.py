@@ -142,13 +142,17 @@ def kernel_time(fn, n=20):
 
 # Backward launch settings tried at 4096 x 2048 (forced_config), against the heuristic's: the
 # chained and two-pass layouts of runs 27 and 30 (the 2026-11-29 run compared stripe and scan
-# tiles, at 4096 x 128 too: docs/data/h200-2026-11-29-backward-settings.txt).
+# tiles, at 4096 x 128 too: docs/data/h200-2026-11-29-backward-settings.txt). A chained row
+# that names no link runs with flags (forced settings otherwise keep the heuristic's link).
 BACKWARD_SETTINGS = {
     "heuristic": {},
     "chained 128x1x8 look-back 4": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1, lookback=4),
     "chained 128x1x8 look-back 1": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1, lookback=1),
     "chained 64x1x16 look-back 4": dict(kind="chained", block_b=64, stripes=1, steps=16, num_warps=1, lookback=4),
     "chained 64x1x8 look-back 4": dict(kind="chained", block_b=64, stripes=1, steps=8, num_warps=1, lookback=4),
+    "chained 64x1x32 look-back 1 words": dict(kind="chained", block_b=64, stripes=1, steps=32, num_warps=1, lookback=1,
+                                              link="words"),
+    "chained 128x1x16 look-back 4": dict(kind="chained", block_b=128, stripes=1, steps=16, num_warps=1, lookback=4),
     "block 128x1x4, 32 chunks": dict(kind="block", block_b=128, stripes=1, steps=4, num_warps=1, n_chunks=32),
     "chained_stripe 128x1x8 look-back 4": dict(kind="chained_stripe", block_b=128, stripes=1, steps=8, num_warps=1,
                                                lookback=4),
@@ -189,10 +193,12 @@ def backward_speed():
 
 def backward_settings():
     """Launch settings of the fused backward kernels against the heuristic's, by kernel time,
-    for the ops named in the environment variable ``BACKWARD_OPS`` (default: GAE, TD(λ))."""
+    for the ops named in the environment variable ``BACKWARD_OPS`` (default: GAE, TD(λ)), and
+    only the settings whose labels contain one of ``BACKWARD_LABELS`` (comma-separated) if set."""
     from rlscan._triton import launch
 
     ops = os.environ.get("BACKWARD_OPS", "gae,td_lambda").split(",")
+    only = tuple(filter(None, os.environ.get("BACKWARD_LABELS", "").split(",")))
     for T, N in ((2048, 4096),):
         leaves = _with_grad(data(T, N))
         for name, fn in calls(leaves).items():
@@ -206,10 +212,14 @@ def backward_settings():
                 torch.autograd.grad(outs, used, grads, retain_graph=True, allow_unused=True)
 
             for label, settings in BACKWARD_SETTINGS.items():
+                if only and label != "heuristic" and not any(o in label for o in only):
+                    continue
+                if settings.get("kind") in launch.CHAINED:
+                    settings = {"link": "flags", **settings}
                 launch._PLANS.clear()
                 with launch.forced_config(**settings):
                     t = kernel_time(bwd)
-                ran = "; ".join(f"{c.kind} {c.block_b}x{c.stripes}x{c.steps} look-back {c.lookback}"
+                ran = "; ".join(f"{c.kind} {c.block_b}x{c.stripes}x{c.steps} look-back {c.lookback} {c.link}"
                                 for c in (p.cfg for p in launch._PLANS.values()))
                 record(f"backward settings {name} {N}x{T} {label}", True, f"{t:.1f} us (ran {ran})")
 
@@ -299,8 +309,10 @@ def determinism():
     """Same inputs, five calls. The exact mode, and the fast mode under
     ``torch.use_deterministic_algorithms(True)``, must give identical bits every time; the
     fast mode's one-pass chained layout (backward-in-time scans, ``[T, N]``, N >= 4096,
-    T >= 512) may differ in the last bits: its largest relative difference is reported."""
-    for T, N in ((2048, 4096), (262144, 16), (1_000_000, 1)):
+    T >= 512) may differ in the last bits: its largest relative difference is reported. The
+    environment variable ``DETERMINISM_SHAPES`` ("NxT,...") picks the shapes."""
+    shapes = os.environ.get("DETERMINISM_SHAPES", "4096x2048,16x262144,1x1000000").split(",")
+    for N, T in (map(int, shape.split("x")) for shape in shapes):
         d = data(T, N)
         modes = [("fast", False, False), ("fast, deterministic algorithms", False, True)]
         if T <= 2048:

@@ -23,6 +23,7 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py words       # the chained kernels' look-back over one word per pair
     python scripts/h200_settings.py words_few   # the same for few environments, very long T
     python scripts/h200_settings.py words_one   # the same for one sequence of 1,000,000 steps
+    python scripts/h200_settings.py words_light  # the lighter ops: narrower, longer chained blocks with words
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -271,6 +272,18 @@ def _words(N: int, T: int, layout: str, op: str = "") -> dict:
     return {f"{label} words": dict(settings, link="words") for label, settings in rows.items()}
 
 
+def _words_light(N: int, T: int, layout: str, op: str = "") -> dict:
+    """The lighter ops (at most 5 series) at ``N >= 4096, T >= 512``: chained blocks of 64
+    environments and 32 steps, pairs published as words (run 37 timed them, by mistake
+    labelled 64 x 1 x 16, at 1.00-1.08x the shipped 128-wide blocks with flags), against the
+    same blocks with flags and the heuristic. (Run 39 also ran a look-back of 2, and 64 x 1 x
+    16 with 2: slower than one at a time, and blocks of 32 environments: 150-340x slower.)"""
+    words = _chained_rows("chained", 64, ((1, 32, 1, 1),))
+    out = {f"{label} words": dict(settings, link="words") for label, settings in words.items()}
+    out.update(_chained_rows("chained", 64, ((1, 32, 1, 4),)))
+    return out
+
+
 def _small(N: int, T: int, layout: str, op: str = "") -> dict:
     """Short T, too few environments to fill the GPU with 64-environment tiles: narrower tiles,
     more programs (the whole-grid run 24 had V-trace at 64 x 16 in 5.05 us and at 8 x 16, one
@@ -340,6 +353,8 @@ GROUPS = {
         (op, 16384, 512, "tn") for op in ("gae", "discounted_returns", "vtrace")]),
     "words_few": (_words, [(op, 16, 262144, "tn") for op in cases.CASES] + [("gae", 64, 65536, "tn")]),
     "words_one": (_words, [(op, 1, 1_000_000, "tn") for op in ("gae", "vtrace", "discounted_returns")]),
+    "words_light": (_words_light, [(op, N, T, "tn") for N, T in ((4096, 2048), (16384, 512)) for op in cases.CASES
+                                   if op not in ("vtrace", "retrace")]),
     "small": (_small, [(op, N, 16, "tn") for op in ("vtrace", "gae", "retrace") for N in (64, 512, 4096, 16384)] + [
         (op, N, 8, "tn") for op in ("vtrace", "gae") for N in (64, 4096)]),
     "heavy": (_heavy, [(op, N, T, "tn") for op in ("vtrace", "retrace") for N, T in ((4096, 2048), (16384, 512))]),
@@ -353,8 +368,10 @@ GROUPS = {
 }
 
 
-def sweep(group: str) -> list:
+def sweep(group: str, only=()) -> list:
     variants_of, shapes = GROUPS[group]
+    if only:
+        shapes = [s for s in shapes if any(o in f"{s[0]} {s[3]} {s[1]}x{s[2]}" for o in only)]
     dev = torch.device("cuda")
     fl = floors.measure(dev, quick=True)
     print(f"# copy bandwidth {fl.bandwidth / 1e12:.2f} TB/s", flush=True)
@@ -367,6 +384,8 @@ def sweep(group: str) -> list:
         shape = f"{op} {layout} {N}x{T}"
         print(f"# {shape}", flush=True)  # the settings the heuristic ran are printed on its row
         for label, forced in {"heuristic": {}, **variants_of(N, T, layout, op)}.items():
+            if forced.get("kind") in L.CHAINED:  # forced settings keep the heuristic's other fields: name the link
+                forced = {"link": "flags", **forced}
             L._PLANS.clear()
             fn = lambda: case.call(rlscan, inputs)  # noqa: E731
             try:
@@ -380,7 +399,8 @@ def sweep(group: str) -> list:
             ran = ""
             if label == "heuristic":  # the settings its plan kept (the first candidate that does not spill)
                 ran = " ran " + "; ".join(f"{c.kind} {c.block_b}x{c.stripes}x{c.steps} w{c.num_warps} look-back "
-                                          f"{c.lookback} {c.step_scan}" for c in (p.cfg for p in L._PLANS.values()))
+                                          f"{c.lookback} {c.link} {c.step_scan}"
+                                          for c in (p.cfg for p in L._PLANS.values()))
             print(f"  {label:28s} {us:9.1f} us  {us / floor_us:5.2f}x floor  err {err:.1e}{ran}", flush=True)
     return rows
 
@@ -388,10 +408,12 @@ def sweep(group: str) -> list:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("groups", nargs="+", choices=sorted(GROUPS))
+    ap.add_argument("--only", default="", help="comma-separated: keep the shapes whose label "
+                    "('op layout NxT') contains one of these")
     args = ap.parse_args()
     rows = []
     for group in args.groups:
-        rows += sweep(group)
+        rows += sweep(group, tuple(filter(None, args.only.split(","))))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}: "
           "device time, best five per shape")
     for shape in dict.fromkeys(r[0] for r in rows):

@@ -92,11 +92,14 @@ def test_gpu_heuristic_by_shape():
         assert not sequential(_gpu_config(T, 16384, False, 132))
     for N, T in ((4096, 2048), (16384, 512), (8192, 1024)):
         for reverse in (True, False):
-            # one pass: 16 steps per thread (kernels of at most 5 series), else 8, then the
-            # settings of old (chained or block)
-            first, second, last = _gpu_configs(T, N, False, 132, reverse=reverse, series=5)
+            # one pass: 64 environments per program with pairs as words (32 steps per thread for
+            # kernels of at most 5 series, 16 for bigger ones), then 128 x 16 steps (at most 5
+            # series), then 8, then the settings of old (chained or block)
+            light, first, second, last = _gpu_configs(T, N, False, 132, reverse=reverse, series=5)
             narrow, *heavy = _gpu_configs(T, N, False, 132, reverse=reverse, series=6)
-            # heavier kernels, either way in time: 64 environments per program first, pairs as words
+            assert (light.kind, light.block_b, light.num_warps, light.steps, light.lookback, light.link) == (
+                "chained", 64, 1, 32, 1, "words")
+            assert (light.chunk_len, light.n_chunks) == (32, T // 32)
             assert (narrow.kind, narrow.block_b, narrow.num_warps, narrow.steps, narrow.lookback, narrow.link) == (
                 "chained", 64, 1, 16, 1, "words")
             assert tuple(heavy) == (second, last)

@@ -12,12 +12,12 @@ spill registers:
 * inputs contiguous along environments (``[T, N]``): for ``8 <= T <= 16`` and ``N < 16384``,
   tiles of 8 environments, one warp each; one step at a time (128 environments per
   program) for ``T <= 8`` and wherever that alone makes three programs per SM
-  (``N >= 50561`` on an H200); for ``N >= 4096, T >= 512``, 128 environments per one-warp
-  program with steps kept in each thread: ``chained_kernel`` (one pass, blocks of 16 steps
-  chained by a decoupled look-back that reads 4 predecessors at a time; 8 steps where 16
-  spill, and first, for kernels of more than 5 series, 64 environments per program whose
-  pairs are published as one word each and read one at a time; then one predecessor at a
-  time backward in time, ``block_kernel`` forward); for
+  (``N >= 50561`` on an H200); for ``N >= 4096, T >= 512``, one-warp programs with steps
+  kept in each thread: ``chained_kernel`` (one pass, blocks chained by a decoupled
+  look-back). First 64 environments per program whose pairs are published as one word each
+  and read one at a time, with 32 steps for kernels of at most 5 series and 16 for bigger
+  ones; then 128 environments and 16 steps, reading 4 predecessors at a time; 8 steps where
+  16 spill; then one predecessor at a time backward in time, ``block_kernel`` forward; for
   ``N >= 16384, T <= 16``, ``block_kernel`` with every step in one thread (kernels of at
   most 5 series); for 16-64 environments and ``T >= 65536``, ``chained_stripe_kernel``
   (256-step windows of 16 environments, folded, chained by pairs published as one word
@@ -218,7 +218,13 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         last = _with_chunks(chained._replace(steps=8, lookback=1), T, 1) if reverse else _block_config(T, B, n_sm)
         configs = (_with_chunks(chained._replace(steps=8), T, 1), last)
         if 0 < series <= 5:
-            first = (_with_chunks(chained, T, 1),)
+            # lighter kernels: 64 environments per warp, 32 steps, pairs published as words and
+            # read one at a time, then 128 x 16 steps with flags. Half as many links per chain as
+            # 64 x 16, and no fences: 1.05-1.17x faster than 128 x 16 at 4096 x 2048 and
+            # 1.02-1.10x at 16384 x 512 for all six (runs 39-40, h200_settings.py words_light);
+            # with flags read 4 at a time the same blocks were 0.99-1.08x
+            first = (_with_chunks(chained._replace(block_b=64, steps=32, lookback=1, link="words"), T, 1),
+                     _with_chunks(chained, T, 1))
         elif series > 5:
             # heavier kernels (V-trace, Retrace, the backward kernels): 64 environments per warp,
             # two per thread, 16 steps. At 4096 x 2048 against 128 x 8 steps: Retrace 1.13-1.15x
