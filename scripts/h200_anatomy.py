@@ -1,6 +1,6 @@
 """Where a chained kernel's time goes, on a GPU: each program's timeline and look-back walk.
 
-    python scripts/h200_anatomy.py                 # the light ops at 4096 x 2048 and 16384 x 512, V-trace
+    python scripts/h200_anatomy.py                 # light ops and V-trace at 4096 x 2048 and 16384 x 512
     python scripts/h200_anatomy.py --ops gae --shapes 4096x2048
 
 For each op and shape this runs the settings the heuristic picks through instrumented copies
@@ -10,7 +10,10 @@ issued, and how many positions its look-back composed in how many round trips. M
 ``full`` (the shipped chain), ``patient`` (poll the predecessor's flag up to P times for its
 outgoing state before walking back), ``publish`` (publish, look back at nothing) and
 ``nowait`` (no chain at all). The last two give wrong results on purpose: they bound what
-the chain costs. Device time is by CUDA-graph replay, side by side with the shipped call.
+the chain costs. A label's other words change the heuristic's settings: ``steps N``,
+``look-back N``, ``64 wide`` (64 environments, pairs as words, one per round trip) and
+``maxnreg N`` (Triton's register limit). Device time is by CUDA-graph replay, side by side
+with the shipped call. Each program's timeline goes to ``STATS`` in a call of its own.
 """
 from __future__ import annotations
 
@@ -138,7 +141,8 @@ def main():
     ap.add_argument("--ops", default="discounted_returns,gae,linear_scan")
     ap.add_argument("--shapes", default="4096x2048,16384x512")
     ap.add_argument("--heavy", default="vtrace", help="ops run in the HEAVY variants only")
-    ap.add_argument("--variants", default="LIGHT", choices=("LIGHT", "REGISTERS", "CHAIN"), help="the light ops' variants")
+    ap.add_argument("--variants", default="LIGHT", choices=("LIGHT", "REGISTERS", "CHAIN"),
+                    help="the light ops' variants")
     args = ap.parse_args()
     fl = floors.measure(torch.device("cuda"), quick=True)
     print(f"# copy bandwidth {fl.bandwidth / 1e12:.2f} TB/s", flush=True)

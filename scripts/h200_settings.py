@@ -274,10 +274,10 @@ def _words(N: int, T: int, layout: str, op: str = "") -> dict:
 
 def _words_light(N: int, T: int, layout: str, op: str = "") -> dict:
     """The lighter ops (at most 5 series) at ``N >= 4096, T >= 512``: chained blocks of 64
-    environments and 32 steps, pairs published as words (run 37 timed them, by mistake
-    labelled 64 x 1 x 16, at 1.00-1.08x the shipped 128-wide blocks with flags), against the
-    same blocks with flags and the heuristic. (Run 39 also ran a look-back of 2, and 64 x 1 x
-    16 with 2: slower than one at a time, and blocks of 32 environments: 150-340x slower.)"""
+    environments and 32 steps, pairs published as words (run 37's "full 64 wide" row of
+    h200_anatomy.py ran them by mistake, at 1.00-1.08x the 128-wide blocks with flags), against
+    the same blocks with flags and the heuristic. (Run 39 also ran a look-back of 2, and 64 x 1
+    x 16 with 2: slower than one at a time, and blocks of 32 environments: 150-340x slower.)"""
     words = _chained_rows("chained", 64, ((1, 32, 1, 1),))
     out = {f"{label} words": dict(settings, link="words") for label, settings in words.items()}
     out.update(_chained_rows("chained", 64, ((1, 32, 1, 4),)))
