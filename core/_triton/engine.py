@@ -531,13 +531,17 @@ def _wait_for(FLAGS, i):
 def _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexpr):
     """The state carried into the block at scan position ``j``: walk back over the blocks
     before it, composing their published pairs, until one has published its outgoing state.
-    Position 0 always publishes that state, so the walk ends."""
+    Position 0 always publishes that state, so the walk ends. Also returns the positions
+    composed and the round trips taken (what ``scripts/h200_anatomy.py`` records; unused
+    values, which the compiler drops, elsewhere)."""
     acc_a = tl.zeros([1, BLOCK_B], ACC)
     acc_k = tl.full([1, BLOCK_B], 1, ACC)
     carry = tl.zeros([1, BLOCK_B], ACC)
+    composed = j * 0
     p = j - 1
     while p >= 0:
         f = _wait_for(FLAGS, p * n_b + pid_b)
+        composed += 1
         if f == 2:
             state = tl.load(AGG + (2 * n_chunks + p) * B + b, mask=mb, other=0, volatile=True)
             carry = acc_a + acc_k * state
@@ -548,7 +552,7 @@ def _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.constexpr,
             acc_a = acc_a + acc_k * a
             acc_k = acc_k * k
             p = p - 1
-    return carry
+    return carry, composed, composed
 
 
 @triton.jit
@@ -558,11 +562,13 @@ def _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.con
     p-W+1`` together, then the pairs of those that have published, up to and including the
     nearest that has published its outgoing state (taken as the pair ``(state, 0)``), and
     compose them, nearest first. A walk of ``n`` blocks waits on about ``n / W`` round trips
-    to memory instead of ``2n``."""
+    to memory instead of ``2n``. Also returns the positions composed and the windows read."""
     r = tl.arange(0, W)
     rows = r[:, None]
     acc_a = tl.zeros([1, BLOCK_B], ACC)
     acc_k = tl.full([1, BLOCK_B], 1, ACC)
+    composed = j * 0
+    trips = j * 0
     p = j - 1
     while p >= 0:
         q = p - r
@@ -581,11 +587,13 @@ def _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.con
         for i in tl.static_range(W):
             acc_a = acc_a + acc_k * row(a, i, W)
             acc_k = acc_k * row(k, i, W)
+        composed += n_use
+        trips += 1
         if tl.max(tl.where(r < n_use, f, 0), axis=0) == 2:
             p = -1
         else:
             p = p - n_use
-    return acc_a
+    return acc_a, composed, trips
 
 
 @triton.jit
@@ -649,12 +657,14 @@ def _look_back_words(WORDS, j, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexp
     outgoing state, or a block cut by a finished episode. Position 0 publishes its outgoing
     state, so every walk ends. One round trip per ``W`` positions, against two for
     :func:`_look_back_window` (flags, then pairs). While a word is not ready, the program
-    polls that one word rather than reading the whole window again."""
+    polls that one word rather than reading the whole window again. Also returns the most
+    positions one environment composed, and the round trips (polls included)."""
     r = tl.arange(0, W)[:, None]
     acc_a = tl.zeros([1, BLOCK_B], ACC)
     acc_k = tl.full([1, BLOCK_B], 1, ACC)
     p = tl.zeros([1, BLOCK_B], tl.int32) + (j - 1)  # each environment's nearest position not yet composed
     walking = mb
+    trips = j * 0
     while tl.sum(walking.to(tl.int32)) > 0:
         q = p - r
         words = tl.load(WORDS + q * B + b, mask=walking & (q >= 0), other=-1, volatile=True)
@@ -669,6 +679,7 @@ def _look_back_words(WORDS, j, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexp
             p = tl.where(taking, p - 1, p)
             walking = walking & ~(taking & (k == 0))
             taking = taking & (k != 0)
+        trips += 1
         stalled = walking & (p == start)
         if tl.sum(stalled.to(tl.int32)) > 0:
             # wait on one word, not the whole window's, until its program publishes
@@ -677,7 +688,8 @@ def _look_back_words(WORDS, j, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexp
             one = tl.load(WORDS + at * B + env, volatile=True)
             while one == -1:
                 one = tl.load(WORDS + at * B + env, volatile=True)
-    return acc_a
+                trips += 1
+    return acc_a, tl.max(tl.where(mb, j - 1 - p, 0)), trips
 
 
 @triton.jit
@@ -686,20 +698,24 @@ def _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_
                  LINK: tl.constexpr):
     """The state carried into link ``j``, whose composed pair is ``(out_a, out_k)``: publish
     the pair, look back for the state, publish the outgoing state ``out_a + out_k · carry``
-    (as flagged pairs, or as words: :func:`_look_back_words`)."""
+    (as flagged pairs, or as words: :func:`_look_back_words`). Also returns the look-back's
+    positions composed and round trips."""
+    composed = j * 0
+    trips = j * 0
     if j == 0:
         carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
     elif LINK == "words":
         tl.atomic_xchg(FLAGS + j * B + b, _word(out_a, out_k), mask=mb, sem="relaxed", scope="gpu")
-        carry = _look_back_words(FLAGS, j, B, b, mb, ACC, BLOCK_B, LOOKBACK)
+        carry, composed, trips = _look_back_words(FLAGS, j, B, b, mb, ACC, BLOCK_B, LOOKBACK)
     else:
         tl.store(AGG + j * B + b, out_a, mask=mb)
         tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
         _publish(FLAGS, j * n_b + pid_b, 1)
         if LOOKBACK == 1:
-            carry = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
+            carry, composed, trips = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
         else:
-            carry = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B, LOOKBACK)
+            carry, composed, trips = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B,
+                                                       LOOKBACK)
     if not TEST_LOOKBACK or j % 2 == 0:
         if LINK == "words":
             state = _word(out_a + out_k * carry, tl.zeros([1, BLOCK_B], ACC))
@@ -707,7 +723,7 @@ def _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_
         else:
             tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
             _publish(FLAGS, j * n_b + pid_b, 2)
-    return carry
+    return carry, composed, trips
 
 
 @triton.jit
@@ -745,8 +761,8 @@ def chained_kernel(
         ins, in_strides, scalars, t_lo + _block_axes(STRIPES, STEPS, WIDE), tl.expand_dims(b_hi, 0),
         tl.expand_dims(b_lo, 0), tl.expand_dims(mb, 0), t_hi, T, COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B,
         STEP_SCAN)
-    carry = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
-                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK, LINK)
+    carry, _, _ = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
+                               init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK, LINK)
     _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT, REVERSE, STEPS)
 
 
@@ -787,8 +803,8 @@ def chained_stripe_kernel(
     a, k = _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STRIPES,
                          STEPS, BLOCK_B)
     ia, ik, out_a, out_k = _across_stripes(a, k, REVERSE, ACC, STRIPES, BLOCK_B)
-    carry = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
-                         init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK, LINK)
+    carry, _, _ = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
+                               init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK, LINK)
     _run_stripes(ins, in_strides, outs, out_strides, scalars, _opaque(first, OPAQUE), b_hi, b_lo, mb, t_hi, T,
                  ia + ik * carry, COEFFS, EMIT, REVERSE, ACC, STEPS)
 
