@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from rlscan._triton.engine import (_block, _block_axes, _chain_carry, _chain_link, _emit_block, _initial,
-                                   _look_back_window, _publish, _word)
+                                   _look_back_window, _publish_pair, _publish_state)
 
 STATS_FIELDS = 8  # j, pid_b, t_start, t_scanned, t_carried, t_emitted, positions composed, round trips
 
@@ -55,15 +55,10 @@ def chained_timed(
         carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
     elif j == 0:
         carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
-    elif LINK == "words":  # publish
-        tl.atomic_xchg(FLAGS + j * B + b, _word(out_a, out_k), mask=mb, sem="relaxed", scope="gpu")
-        carry = tl.zeros([1, BLOCK_B], ACC)
     else:  # publish, or patient
-        tl.store(AGG + j * B + b, out_a, mask=mb)
-        tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
-        _publish(FLAGS, j * n_b + pid_b, 1)
+        _publish_pair(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, mb, out_a, out_k, LINK)
         carry = tl.zeros([1, BLOCK_B], ACC)
-        if MODE == "patient":
+        if MODE == "patient":  # flags only
             got = j * 0
             polls = j * 0
             while polls < PATIENCE:
@@ -80,13 +75,8 @@ def chained_timed(
                 carry, composed, walked = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC,
                                                             BLOCK_B, LOOKBACK)
                 trips += walked
-    if MODE != "full" and MODE != "nowait":  # publish the outgoing state as the shipped chain does
-        if LINK == "words":
-            state = _word(out_a + out_k * carry, tl.zeros([1, BLOCK_B], ACC))
-            tl.atomic_xchg(FLAGS + j * B + b, state, mask=mb, sem="relaxed", scope="gpu")
-        else:
-            tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
-            _publish(FLAGS, j * n_b + pid_b, 2)
+    if MODE != "full" and MODE != "nowait":
+        _publish_state(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, mb, out_a + out_k * carry, LINK)
     t_carried = _now_after(carry.to(tl.int32, bitcast=True))
     _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT, REVERSE, STEPS)
     t_emitted = _now_after(carry.to(tl.int32, bitcast=True) + t_carried.to(tl.int32))

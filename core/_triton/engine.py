@@ -693,6 +693,29 @@ def _look_back_words(WORDS, j, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexp
 
 
 @triton.jit
+def _publish_pair(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, mb, a, k, LINK: tl.constexpr):
+    """Publish link ``j``'s composed pair ``(a, k)``: one word per environment, or the pairs
+    stored and the block's flag raised to 1."""
+    if LINK == "words":
+        tl.atomic_xchg(FLAGS + j * B + b, _word(a, k), mask=mb, sem="relaxed", scope="gpu")
+    else:
+        tl.store(AGG + j * B + b, a, mask=mb)
+        tl.store(AGG + (n_chunks + j) * B + b, k, mask=mb)
+        _publish(FLAGS, j * n_b + pid_b, 1)
+
+
+@triton.jit
+def _publish_state(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, mb, state, LINK: tl.constexpr):
+    """Publish link ``j``'s outgoing state: the word ``(state, 0)``, or the states stored and
+    the block's flag raised to 2."""
+    if LINK == "words":
+        tl.atomic_xchg(FLAGS + j * B + b, _word(state, tl.zeros_like(state)), mask=mb, sem="relaxed", scope="gpu")
+    else:
+        tl.store(AGG + (2 * n_chunks + j) * B + b, state, mask=mb)
+        _publish(FLAGS, j * n_b + pid_b, 2)
+
+
+@triton.jit
 def _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT, init_strides,
                  ACC: tl.constexpr, BLOCK_B: tl.constexpr, TEST_LOOKBACK: tl.constexpr, LOOKBACK: tl.constexpr,
                  LINK: tl.constexpr):
@@ -704,25 +727,17 @@ def _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_
     trips = j * 0
     if j == 0:
         carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
-    elif LINK == "words":
-        tl.atomic_xchg(FLAGS + j * B + b, _word(out_a, out_k), mask=mb, sem="relaxed", scope="gpu")
-        carry, composed, trips = _look_back_words(FLAGS, j, B, b, mb, ACC, BLOCK_B, LOOKBACK)
     else:
-        tl.store(AGG + j * B + b, out_a, mask=mb)
-        tl.store(AGG + (n_chunks + j) * B + b, out_k, mask=mb)
-        _publish(FLAGS, j * n_b + pid_b, 1)
-        if LOOKBACK == 1:
+        _publish_pair(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, mb, out_a, out_k, LINK)
+        if LINK == "words":
+            carry, composed, trips = _look_back_words(FLAGS, j, B, b, mb, ACC, BLOCK_B, LOOKBACK)
+        elif LOOKBACK == 1:
             carry, composed, trips = _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B)
         else:
             carry, composed, trips = _look_back_window(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC, BLOCK_B,
                                                        LOOKBACK)
     if not TEST_LOOKBACK or j % 2 == 0:
-        if LINK == "words":
-            state = _word(out_a + out_k * carry, tl.zeros([1, BLOCK_B], ACC))
-            tl.atomic_xchg(FLAGS + j * B + b, state, mask=mb, sem="relaxed", scope="gpu")
-        else:
-            tl.store(AGG + (2 * n_chunks + j) * B + b, out_a + out_k * carry, mask=mb)
-            _publish(FLAGS, j * n_b + pid_b, 2)
+        _publish_state(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, mb, out_a + out_k * carry, LINK)
     return carry, composed, trips
 
 
