@@ -532,8 +532,8 @@ def _look_back(AGG, FLAGS, j, pid_b, n_b, n_chunks, B, b, mb, ACC: tl.constexpr,
     """The state carried into the block at scan position ``j``: walk back over the blocks
     before it, composing their published pairs, until one has published its outgoing state.
     Position 0 always publishes that state, so the walk ends. Also returns the positions
-    composed and the round trips taken (what ``scripts/h200_anatomy.py`` records; unused
-    values, which the compiler drops, elsewhere)."""
+    composed and the round trips taken: ``scripts/h200_anatomy.py`` records them, and the
+    shipped kernels drop them (so does the compiled code)."""
     acc_a = tl.zeros([1, BLOCK_B], ACC)
     acc_k = tl.full([1, BLOCK_B], 1, ACC)
     carry = tl.zeros([1, BLOCK_B], ACC)
