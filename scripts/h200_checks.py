@@ -142,8 +142,7 @@ def kernel_time(fn, n=20):
 
 # Backward launch settings tried at 4096 x 2048 (forced_config), against the heuristic's: the
 # chained and two-pass layouts of runs 27 and 30 (the 2026-11-29 run compared stripe and scan
-# tiles, at 4096 x 128 too: docs/data/h200-2026-11-29-backward-settings.txt). A chained row
-# that names no link runs with flags (forced settings otherwise keep the heuristic's link).
+# tiles, at 4096 x 128 too: docs/data/h200-2026-11-29-backward-settings.txt).
 BACKWARD_SETTINGS = {
     "heuristic": {},
     "chained 128x1x8 look-back 4": dict(kind="chained", block_b=128, stripes=1, steps=8, num_warps=1, lookback=4),
@@ -214,8 +213,6 @@ def backward_settings():
             for label, settings in BACKWARD_SETTINGS.items():
                 if only and label != "heuristic" and not any(o in label for o in only):
                     continue
-                if settings.get("kind") in launch.CHAINED:
-                    settings = {"link": "flags", **settings}
                 launch._PLANS.clear()
                 with launch.forced_config(**settings):
                     t = kernel_time(bwd)

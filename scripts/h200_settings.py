@@ -384,8 +384,6 @@ def sweep(group: str, only=()) -> list:
         shape = f"{op} {layout} {N}x{T}"
         print(f"# {shape}", flush=True)  # the settings the heuristic ran are printed on its row
         for label, forced in {"heuristic": {}, **variants_of(N, T, layout, op)}.items():
-            if forced.get("kind") in L.CHAINED:  # forced settings keep the heuristic's other fields: name the link
-                forced = {"link": "flags", **forced}
             L._PLANS.clear()
             fn = lambda: case.call(rlscan, inputs)  # noqa: E731
             try:

@@ -81,6 +81,24 @@ def test_chunks_with_tensor_coefficients(triton_path, op, config):
         assert_matches_reference(problem)
 
 
+def test_forced_kind_starts_from_its_defaults():
+    """A forced kind does not inherit the heuristic's other choices (its link, look-back, step
+    scan); forced fields without a kind replace the heuristic's own."""
+    from rlscan._triton.launch import Config, _forced_setting
+
+    first = Config("chained", 64, 1, steps=32, lookback=2, link="words", step_scan="shuffles", n_chunks=64,
+                   chunk_len=32)
+    cfg = _forced_setting(first, 2048, dict(kind="chained", block_b=128, steps=16, lookback=4))
+    assert (cfg.kind, cfg.block_b, cfg.num_warps, cfg.steps, cfg.lookback, cfg.link, cfg.step_scan) == (
+        "chained", 128, 1, 16, 4, "flags", "registers")
+    assert (cfg.chunk_len, cfg.n_chunks) == (16, 128)
+    tweaked = _forced_setting(first, 2048, dict(lookback=1))
+    assert (tweaked.block_b, tweaked.steps, tweaked.lookback, tweaked.link, tweaked.step_scan) == (
+        64, 32, 1, "words", "shuffles")
+    scan = _forced_setting(Config("scan", 16, 4, block_t=256, n_chunks=8), 4096, dict(kind="scan", block_t=128))
+    assert (scan.block_b, scan.num_warps, scan.block_t, scan.n_chunks) == (16, 4, 128, 8)
+
+
 def test_gpu_heuristic_by_shape():
     """The measured rules of ``_gpu_configs`` (docs/perf-notes.md), on an H200's 132 SMs."""
     from rlscan._triton.launch import _gpu_config, _gpu_configs

@@ -79,9 +79,9 @@ _forced: Optional[dict] = None
 def forced_config(**settings):
     """Force launch settings (``kind``, ``block_t``, ``block_b``, ``stripes``, ``steps``,
     ``n_chunks``, ``num_warps``, ``stages``, ``unroll``, ``test_lookback``, ``step_scan``,
-    ``lookback``, ``link``) inside a
-    ``with`` block. Tests use it to reach every kernel path with small shapes; the
-    benchmarks use it to compare settings."""
+    ``lookback``, ``link``) inside a ``with`` block; fields not named come from the kind's
+    defaults (:func:`_forced_setting`). Tests use it to reach every kernel path with small
+    shapes; the benchmarks use it to compare settings."""
     global _forced
     previous, _forced = _forced, settings
     try:
@@ -142,9 +142,22 @@ def choose_configs(T: int, B: int, time_contiguous: bool, exact: bool, device: t
         configs = _gpu_configs(T, B, time_contiguous, _sm_count(device), reverse,
                                torch.are_deterministic_algorithms_enabled(), series)
     if _forced:
-        cfg = configs[0]._replace(**{k: v for k, v in _forced.items() if k != "n_chunks"})
-        configs = (_with_chunks(cfg, T, _forced.get("n_chunks", cfg.n_chunks)),)
+        configs = (_forced_setting(configs[0], T, _forced),)
     return configs
+
+
+def _forced_setting(first: Config, T: int, forced: dict) -> Config:
+    """``forced`` applied to the heuristic's first setting for a ``[T, ...]`` problem. A forced
+    ``kind`` starts from that kind's defaults (keeping only the first setting's ``block_b``,
+    ``num_warps`` and chunk count unless forced too), so a forced chained setting that names
+    no ``link`` or ``lookback`` gets flags and one predecessor per round trip, whatever the
+    heuristic would have run; without ``kind``, the forced fields replace the first setting's."""
+    settings = {k: v for k, v in forced.items() if k != "n_chunks"}
+    if "kind" in settings:
+        cfg = Config(**{"block_b": first.block_b, "num_warps": first.num_warps, **settings})
+    else:
+        cfg = first._replace(**settings)
+    return _with_chunks(cfg, T, forced.get("n_chunks", first.n_chunks))
 
 
 def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device,
