@@ -65,7 +65,7 @@ def _variant(base, T, label):
     if "look-back" in value:
         cfg = cfg._replace(lookback=value["look-back"])
     if "wide" in words:
-        cfg = cfg._replace(block_b=value["full"], lookback=1, link="words")
+        cfg = cfg._replace(block_b=int(words[words.index("wide") - 1]), lookback=1, link="words")
     return words[0], value.get("patient", 0), value.get("maxnreg"), L._with_chunks(cfg, T, 1)
 
 

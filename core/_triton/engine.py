@@ -636,7 +636,7 @@ def _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks, REVERSE: tl.constexpr, BLO
 @triton.jit
 def _word(a, k):
     """The float32 pair ``(a, k)`` as one int64 word, ``a`` in the low half. A NaN ``k`` is
-    stored as the canonical NaN, so no word has all bits set (``NOT_READY``, -1)."""
+    stored as the canonical NaN, so no word has all bits set (-1, "not ready")."""
     k = tl.where(k == k, k, float("nan"))
     return (k.to(tl.uint32, bitcast=True).to(tl.int64) << 32) | a.to(tl.uint32, bitcast=True).to(tl.int64)
 
