@@ -121,6 +121,8 @@ SETTINGS = [
     ("chained words", dict(kind="chained", stripes=1, steps=8, block_b=128, num_warps=1, lookback=4, link="words")),
     ("chained stripe words", dict(kind="chained_stripe", stripes=4, steps=4, block_b=16, num_warps=4, lookback=4,
                                   link="words")),
+    ("chained scan words", dict(kind="chained_scan", block_t=256, block_b=1, num_warps=1, lookback=64, link="words")),
+    ("chained scan", dict(kind="chained_scan", block_t=64, block_b=4, num_warps=2, lookback=4)),
     ("block by shuffles", dict(kind="block", stripes=2, steps=4, block_b=8, num_warps=1, step_scan="shuffles")),
     ("stripe pipelined", dict(kind="stripe", stripes=1, steps=1, block_b=32, num_warps=1, stages=4, n_chunks=3)),
 ]

@@ -24,6 +24,7 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py words_few   # the same for few environments, very long T
     python scripts/h200_settings.py words_one   # the same for one sequence of 1,000,000 steps
     python scripts/h200_settings.py words_light  # the lighter ops: narrower, longer chained blocks with words
+    python scripts/h200_settings.py one_long    # one sequence, very long T: tiles chained in one pass
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -284,6 +285,18 @@ def _words_light(N: int, T: int, layout: str, op: str = "") -> dict:
     return out
 
 
+def _one_long(N: int, T: int, layout: str, op: str = "") -> dict:
+    """One sequence (or a few), very long T: ``chained_scan_kernel``, one tile of ``BLOCK_T``
+    steps per program scanned across its threads, chained in one pass by words read ``W`` per
+    round trip (``lb W``), against the heuristic's two launches of 512-step tiles. V-trace's and
+    Retrace's tiles take at most 8 steps per thread (16 spilled, compiled for sm_90 here)."""
+    rows = ((256, 1, 64), (256, 1, 128), (512, 1, 64), (512, 1, 128), (512, 2, 64), (512, 2, 128), (1024, 1, 64),
+            (1024, 2, 64), (1024, 2, 128), (2048, 2, 64), (2048, 4, 64))
+    return {f"chained_scan {N}x{bt} w{w} lb{lb}": dict(kind="chained_scan", block_b=N, block_t=bt, num_warps=w,
+                                                       lookback=lb, link="words")
+            for bt, w, lb in rows if op not in ("vtrace", "retrace") or bt * N <= 8 * 32 * w}  # theirs spill beyond
+
+
 def _small(N: int, T: int, layout: str, op: str = "") -> dict:
     """Short T, too few environments to fill the GPU with 64-environment tiles: narrower tiles,
     more programs (the whole-grid run 24 had V-trace at 64 x 16 in 5.05 us and at 8 x 16, one
@@ -353,6 +366,9 @@ GROUPS = {
         (op, 16384, 512, "tn") for op in ("gae", "discounted_returns", "vtrace")]),
     "words_few": (_words, [(op, 16, 262144, "tn") for op in cases.CASES] + [("gae", 64, 65536, "tn")]),
     "words_one": (_words, [(op, 1, 1_000_000, "tn") for op in ("gae", "vtrace", "discounted_returns")]),
+    "one_long": (_one_long, [(op, 1, 1_000_000, "tn") for op in ("discounted_returns", "vtrace", "gae", "retrace")]
+                 + [("gae", 1, 262144, "tn"), ("gae", 1, 65536, "tn"), ("discounted_returns", 1, 65536, "tn"),
+                    ("gae", 1, 8192, "tn")]),
     "words_light": (_words_light, [(op, N, T, "tn") for N, T in ((4096, 2048), (16384, 512)) for op in cases.CASES
                                    if op not in ("vtrace", "retrace")]),
     "small": (_small, [(op, N, 16, "tn") for op in ("vtrace", "gae", "retrace") for N in (64, 512, 4096, 16384)] + [

@@ -106,6 +106,9 @@ KERNEL_CONFIGS = {
                                     link="words"),
     "chained-stripe-words": dict(kind="chained_stripe", stripes=1, steps=2, block_b=4, test_lookback=True, lookback=2,
                                  link="words"),
+    "chained-scan": dict(kind="chained_scan", block_t=2, block_b=2, test_lookback=True, lookback=2),
+    "chained-scan-words": dict(kind="chained_scan", block_t=2, block_b=2, test_lookback=True, lookback=8,
+                               link="words"),
 }
 
 # ----------------------------------------------------------------------------- problems

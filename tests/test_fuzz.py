@@ -90,33 +90,34 @@ LAUNCH_BUDGET = 40
 def launch_settings(draw, problem):
     """On the Triton path: the default launch, ``exact``, or random tile sizes for the
     scan, stripe, block or chained kernels, chunked or not, grown until the example stays cheap."""
-    kind = draw(st.sampled_from(["default", "exact", "scan", "stripe", "block", "chained", "chained_stripe"]))
+    kind = draw(st.sampled_from(["default", "exact", "scan", "stripe", "block", "chained", "chained_stripe",
+                                 "chained_scan"]))
     if kind in ("default", "exact"):
         return kind
     T = problem.args[0].shape[problem.kwargs["time_dim"]]
     envs = max(1, problem.args[0].numel() // T)
     block_b = draw(st.sampled_from([2, 8]))
     n_chunks = draw(st.integers(1, 3))
-    if kind == "scan":
-        config = dict(kind="scan", block_b=block_b, n_chunks=n_chunks, block_t=draw(st.sampled_from([1, 2, 4, 8])))
+    if kind in ("scan", "chained_scan"):
+        config = dict(kind=kind, block_b=block_b, n_chunks=n_chunks, block_t=draw(st.sampled_from([1, 2, 4, 8])))
     elif kind in ("stripe", "chained_stripe"):
         config = dict(kind=kind, block_b=block_b, n_chunks=n_chunks, stripes=draw(st.sampled_from([1, 2, 4])),
                       steps=draw(st.sampled_from([1, 2, 3, 5])))
     else:  # the block and chained kernels' steps are a tile axis: a power of two
         config = dict(kind=kind, block_b=block_b, n_chunks=n_chunks, stripes=draw(st.sampled_from([1, 2, 4])),
                       steps=draw(st.sampled_from([1, 2, 4])))
-    if kind in ("chained", "chained_stripe"):
+    if kind in ("chained", "chained_stripe", "chained_scan"):
         config["test_lookback"] = draw(st.booleans())
         config["link"] = draw(st.sampled_from(["flags", "words"]))
-        config["lookback"] = draw(st.sampled_from([1, 2, 4]))
+        config["lookback"] = draw(st.sampled_from([1, 2, 4, 8]))
     while _cost(config, T, envs) > LAUNCH_BUDGET:
-        config["block_t" if kind == "scan" else "stripes"] *= 2
+        config["block_t" if kind in ("scan", "chained_scan") else "stripes"] *= 2
     return config
 
 
 def _cost(config, T, envs):
     programs = math.ceil(envs / config["block_b"]) * (2 if config["n_chunks"] > 1 else 1)
-    if config["kind"] == "scan":
+    if config["kind"] in ("scan", "chained_scan"):
         return programs * math.ceil(T / config["block_t"])
     if config["kind"] in ("block", "chained"):
         return programs * math.ceil(T / (config["stripes"] * config["steps"]))

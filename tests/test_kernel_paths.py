@@ -1,7 +1,8 @@
 """Every Triton kernel path, forced with small shapes (``forced_config``): the scan kernel
 over several tiles (partial last tile), the chunked two-launch path, the stripe kernel
 (partial last window), the chunked stripe kernel, the block kernel (chunked or not), the
-chained one-pass kernel (with its look-back made to compose published pairs), and the
+chained one-pass kernels (with their look-back made to compose published pairs, one
+predecessor at a time, a few folded together, or a window of them scanned), and the
 sequential ``exact`` kernel.
 Every path runs ``[T, N]``; the chunked ones also ``[N, T]`` and the two-level
 ``[B1, T, B2]`` layout (the interpreter is slow: the product of all would cost minutes)."""
@@ -58,7 +59,7 @@ def test_kernel_path(triton_path, op, config):
 @pytest.mark.parametrize("op", OP_NAMES)
 @pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back",
                                     "chained-window", "chained-stripe-look-back", "chained-words-look-back",
-                                    "chained-stripe-words"])
+                                    "chained-stripe-words", "chained-scan-words"])
 @pytest.mark.parametrize("layout", ["time-last", "two-groups"])
 def test_kernel_path_layouts(triton_path, op, config, layout):
     problem = _problem(op, layout, triton_path.device, seed=len(config) + len(layout))
@@ -154,8 +155,17 @@ def test_gpu_heuristic_by_shape():
         assert all(sequential(_gpu_config(T, 1, contiguous, 132)) for contiguous in (False, True))
         assert _gpu_config(T, 1, False, 132, reverse=False).kind == "scan"
     assert _gpu_config(16, 1, False, 132).kind == "scan"
-    one_sequence = _gpu_config(1_000_000, 1, False, 132)
-    assert (one_sequence.block_t, one_sequence.n_chunks > 1) == (512, True)
+    for T in (2**19, 1_000_000):  # one long sequence: tiles chained in one pass, else two launches of tiles
+        for series, warps, block_t in ((5, 4, 2048), (6, 1, 256)):
+            one_pass, tiles = _gpu_configs(T, 1, False, 132, series=series)
+            assert (one_pass.kind, one_pass.num_warps, one_pass.block_t, one_pass.lookback, one_pass.link) == (
+                "chained_scan", warps, block_t, 64, "words")
+            assert (one_pass.chunk_len, one_pass.n_chunks) == (block_t, math.ceil(T / block_t))
+            assert (tiles.kind, tiles.block_t, tiles.n_chunks > 1) == ("scan", 512, True)
+        for fallback in (_gpu_configs(T, 1, False, 132, words=False), _gpu_configs(T, 1, False, 132, deterministic=True)):
+            assert fallback == (tiles,)
+    (shorter,) = _gpu_configs(2**18, 1, False, 132, series=5)  # as fast as one pass there (run 49)
+    assert (shorter.kind, shorter.block_t, shorter.n_chunks > 1) == ("scan", 512, True)
     assert _gpu_config(2048, 4096, True, 132).block_t == 256
 
 

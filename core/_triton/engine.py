@@ -1,4 +1,4 @@
-"""The scan engine shared by every op: four Triton kernels, specialised per op.
+"""The scan engine shared by every op: six Triton kernels, specialised per op.
 
 An op plugs in two ``@triton.jit`` functions:
 
@@ -27,6 +27,8 @@ carrying the state in registers, so registers stay fixed whatever ``T`` is:
   another there (``_scan_in_thread``), with no other thread.
 * ``chained_kernel`` scans one such block per program, in a single launch, chaining the
   blocks across time by a decoupled look-back (see its docstring).
+* ``chained_scan_kernel`` chains ``scan_kernel``'s tiles the same way, one per program,
+  for one sequence (or a few) of very many steps.
 * ``chained_stripe_kernel`` chains windows the same way but runs each as the stripe kernel
   does, in two passes over its inputs (fold, then read again and emit), so that few values
   stay live per thread while a program waits on the look-back.
@@ -648,14 +650,61 @@ def _unword(w):
 
 
 @triton.jit
+def _walk_on(a_far, k_far, code_far, a_near, k_near, code_near):
+    """Two runs of a look-back window's rows composed, the nearer (lower rows) applied last.
+    ``code`` packs what a run says about the walk: ``4n + 2·goes_on + ends``, ``n`` rows taken.
+    The farther run counts only where the walk goes on past the nearer."""
+    on = (code_near & 2) != 0
+    return (tl.where(on, a_near + k_near * a_far, a_near), tl.where(on, k_near * k_far, k_near),
+            tl.where(on, (code_near & ~3) + code_far, code_near))
+
+
+@triton.jit
+def _add3(a1, b1, c1, a2, b2, c2):
+    return a1 + a2, b1 + b2, c1 + c2
+
+
+@triton.jit
+def _walk_steps(words):
+    """Each word of a look-back window as a run of one row (:func:`_walk_on`): its pair, and
+    whether it is taken and the walk ends there or goes on; a word not ready is the identity,
+    not taken."""
+    a, k = _unword(words)
+    ready = words != -1
+    code = tl.where(ready, tl.where(k == 0, 5, 6), 0)
+    return tl.where(ready, a, 0), tl.where(ready, k, 1), code
+
+
+@triton.jit
+def _walk_window(words, W: tl.constexpr):
+    """A look-back window's ``W`` rows of words composed by :func:`_walk_on`, as one
+    ``[1, BLOCK_B]`` run: folded row by row for a few rows, by a scan across the window for
+    more (a scan cost 2-4% more at W = 2, run 50)."""
+    if W == 1:
+        return _walk_steps(words)
+    elif W <= 4:
+        fa, fk, fc = _walk_steps(row(words, W - 1, W))
+        for i in tl.static_range(W - 2, -1, -1):
+            a, k, code = _walk_steps(row(words, i, W))
+            fa, fk, fc = _walk_on(fa, fk, fc, a, k, code)
+        return fa, fk, fc
+    else:
+        a, k, code = tl.associative_scan(_walk_steps(words), 0, _walk_on, reverse=True)
+        first = tl.arange(0, W)[:, None] == 0
+        return tl.reduce((tl.where(first, a, 0), tl.where(first, k, 0), tl.where(first, code, 0)), 0, _add3,
+                         keep_dims=True)
+
+
+@triton.jit
 def _look_back_words(WORDS, j, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexpr, W: tl.constexpr):
     """The state carried into position ``j``, with each environment's pair published as one
     word: ``(a, k)`` composed over its block, then ``(state, 0)`` once the outgoing state is
     known; -1 until either. Each environment walks back on its own, reading the words of
-    ``W`` positions per round trip, and composes them nearest first up to the first that is
-    not ready (read again next round) or has ``k = 0``, where its walk ends: that word is an
-    outgoing state, or a block cut by a finished episode. Position 0 publishes its outgoing
-    state, so every walk ends. One round trip per ``W`` positions, against two for
+    ``W`` positions per round trip. It takes them nearest first, up to the first that is not
+    ready (read again next round) or up to and including the first with ``k = 0``, where its
+    walk ends: that word is an outgoing state, or a block cut by a finished episode. Position
+    0 publishes its outgoing state, so every walk ends. A window's words are composed
+    together (:func:`_walk_window`). One round trip per ``W`` positions, against two for
     :func:`_look_back_window` (flags, then pairs). While a word is not ready, the program
     polls that one word rather than reading the whole window again. Also returns the most
     positions one environment composed, and the round trips (polls included)."""
@@ -668,19 +717,14 @@ def _look_back_words(WORDS, j, B, b, mb, ACC: tl.constexpr, BLOCK_B: tl.constexp
     while tl.sum(walking.to(tl.int32)) > 0:
         q = p - r
         words = tl.load(WORDS + q * B + b, mask=walking & (q >= 0), other=-1, volatile=True)
-        taking = walking
-        start = p
-        for i in tl.static_range(W):
-            w = row(words, i, W)
-            a, k = _unword(w)
-            taking = taking & (w != -1)
-            acc_a = tl.where(taking, acc_a + acc_k * a, acc_a)
-            acc_k = tl.where(taking, acc_k * k, acc_k)
-            p = tl.where(taking, p - 1, p)
-            walking = walking & ~(taking & (k == 0))
-            taking = taking & (k != 0)
+        a, k, code = _walk_window(words, W)
+        acc_a = acc_a + acc_k * a
+        acc_k = acc_k * k
+        taken = code >> 2
+        p = p - taken
+        walking = walking & ((code & 1) == 0)
         trips += 1
-        stalled = walking & (p == start)
+        stalled = walking & (taken == 0)
         if tl.sum(stalled.to(tl.int32)) > 0:
             # wait on one word, not the whole window's, until its program publishes
             at = tl.max(tl.where(stalled, p, -1))
@@ -779,6 +823,34 @@ def chained_kernel(
     carry, _, _ = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, out_a, out_k, INIT,
                                init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK, LINK)
     _emit_block(outs, out_strides, scalars, a, k, ia, ik, carry, keep, tile, T, EMIT, REVERSE, STEPS)
+
+
+@triton.jit
+def chained_scan_kernel(
+    ins, in_strides, outs, out_strides, scalars,
+    INIT, init_strides, AGG,
+    T, B, B_lo, chunk_len, n_chunks,
+    COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
+    TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None, UNROLL: tl.constexpr = None,
+    TEST_LOOKBACK: tl.constexpr = False, LOOKBACK: tl.constexpr = 1, LINK: tl.constexpr = "flags",
+):
+    """:func:`chained_kernel` with one of ``scan_kernel``'s ``[BLOCK_T, BLOCK_B]`` tiles per
+    program (``chunk_len = BLOCK_T``), scanned across all its threads by
+    ``tl.associative_scan``: for one sequence (or a few), whose steps the blocks of
+    :func:`chained_kernel` would spread over threads it cannot scan across cheaply. A long
+    chain of such tiles wants a wide look-back (``LOOKBACK`` words per round trip)."""
+    B, FLAGS, n_b, j, pid_b, b, b_hi, b_lo, mb, t_lo, t_hi = _chain_link(AGG, T, B, B_lo, chunk_len, n_chunks,
+                                                                         REVERSE, BLOCK_B, TWO_LEVEL, WIDE, LINK)
+    t = t_lo + tl.arange(0, BLOCK_T)[:, None]
+    if WIDE:
+        t = t.to(tl.int64)
+    a, k, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, BLOCK_T)
+    carry, _, _ = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, _edge(a, REVERSE, BLOCK_T),
+                               _edge(k, REVERSE, BLOCK_T), INIT, init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK,
+                               LINK)
+    A = a + k * carry
+    EMIT(outs, out_strides, scalars, A, _carried_in(A, carry, REVERSE, BLOCK_T), keep, tile, T)
 
 
 @triton.jit

@@ -48,7 +48,7 @@ from .._backend import interpreting
 
 
 class Config(NamedTuple):
-    kind: str  # "scan", "stripe", "block", "chained" or "chained_stripe"
+    kind: str  # "scan", "stripe", "block", "chained", "chained_scan" or "chained_stripe"
     block_b: int  # environments per program
     num_warps: int
     block_t: int = 1  # scan: rows of time per tile
@@ -65,7 +65,7 @@ class Config(NamedTuple):
     link: str = "flags"  # chained kinds: pairs published with flags, or as one word each ("words", float32 only)
 
 
-CHAINED = ("chained", "chained_stripe")  # one launch, windows chained by a decoupled look-back
+CHAINED = ("chained", "chained_scan", "chained_stripe")  # one launch, windows chained by a decoupled look-back
 
 
 def _pow2(n: int) -> int:
@@ -112,7 +112,7 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _window(cfg: Config) -> int:
-    return cfg.block_t if cfg.kind == "scan" else cfg.stripes * cfg.steps
+    return cfg.block_t if cfg.kind in ("scan", "chained_scan") else cfg.stripes * cfg.steps
 
 
 def _with_chunks(cfg: Config, T: int, n_chunks: int) -> Config:
@@ -127,9 +127,10 @@ def _with_chunks(cfg: Config, T: int, n_chunks: int) -> Config:
 
 
 def choose_configs(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device,
-                   reverse: bool = True, series: int = 0) -> tuple:
+                   reverse: bool = True, series: int = 0, words: bool = True) -> tuple:
     """Launch settings for a ``[T, B]`` problem scanned backward in time (``reverse``) or
-    forward, reading and writing ``series`` tensors of ``[T, B]`` (0: unknown), in order of
+    forward, reading and writing ``series`` tensors of ``[T, B]`` (0: unknown), computed in
+    float32 (``words``) or not, in order of
     preference: a launch plan runs the first whose compiled kernel keeps each thread's local
     memory (spilled registers) within ``MAX_LOCAL_BYTES``, and the last regardless. Forced
     settings replace them all."""
@@ -140,7 +141,7 @@ def choose_configs(T: int, B: int, time_contiguous: bool, exact: bool, device: t
         configs = (Config("scan", min(16, _pow2(B)), 4, block_t=min(32, _pow2(T)), chunk_len=T),)
     else:
         configs = _gpu_configs(T, B, time_contiguous, _sm_count(device), reverse,
-                               torch.are_deterministic_algorithms_enabled(), series)
+                               torch.are_deterministic_algorithms_enabled(), series, words)
     if _forced:
         configs = (_forced_setting(configs[0], T, _forced),)
     return configs
@@ -181,9 +182,22 @@ def _gpu_config(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool 
 
 
 def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool = True,
-                 deterministic: bool = False, series: int = 0) -> tuple:
-    """The settings that measured fastest on an H200 (docs/perf-notes.md), in order of preference."""
-    if B == 1 and T >= 2**18:
+                 deterministic: bool = False, series: int = 0, words: bool = True) -> tuple:
+    """The settings that measured fastest on an H200 (docs/perf-notes.md), in order of preference.
+    ``words``: the pairs fit in one 64-bit word each (float32), as the one-pass kernel for a
+    single long sequence needs (its look-back reads 64 of them per round trip)."""
+    if B == 1 and T >= 2**19 and words and not deterministic:
+        # one long sequence, in one pass: tiles scanned across their threads, chained by words read
+        # 64 per round trip (chained_scan_kernel). At 1 x 1,000,000 against the two launches of
+        # 512-step tiles below: 2048-step tiles on 4 warps 1.18-1.48x faster for discounted returns
+        # and GAE; 256-step tiles on one warp 1.47x for V-trace and 1.12x for Retrace, whose kernels
+        # spill with more steps per thread. At 1 x 262144 the tiles were as fast (runs 47-49,
+        # scripts/h200_settings.py one_long)
+        chained = Config("chained_scan", 1, 4, block_t=2048, lookback=64, link="words")
+        if series > 5:
+            chained = chained._replace(num_warps=1, block_t=256)
+        return (_with_chunks(chained, T, 1), _split_time(Config("scan", 1, 4, block_t=512), T, B, n_sm))
+    elif B == 1 and T >= 2**18:
         # one long sequence: 512-step tiles, about 4 chunks per SM (1 x 1,000,000: 15.5 against
         # 21.4 us with 256-step tiles; scripts/h200_settings.py long)
         cfg = Config("scan", 1, 4, block_t=512)
@@ -266,13 +280,18 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         cfg = Config("stripe", min(8, _pow2(B)), 4, stripes=min(32, _pow2(math.ceil(T / 4))), steps=4)
     else:
         cfg = Config("scan", min(16, _pow2(B)), 4, block_t=256 if T >= 1024 else 128)
+    return (_split_time(cfg, T, B, n_sm),)
+
+
+def _split_time(cfg: Config, T: int, B: int, n_sm: int) -> Config:
+    """``cfg`` with time split into chunks run by separate programs (two launches) where its
+    environment blocks alone are too few to fill the GPU: about 4 programs per SM."""
     b_programs = math.ceil(B / cfg.block_b)
-    want = 4 * n_sm
     n_windows = math.ceil(T / _window(cfg))
     if b_programs >= n_sm or n_windows < 4 or T < 1024:  # a second launch does not pay for short T
-        return (_with_chunks(cfg, T, 1),)
-    n_chunks = min(n_windows, math.ceil(want / b_programs), max(1, _MAX_CHUNK_TILE // cfg.block_b))
-    return (_with_chunks(cfg, T, n_chunks),)
+        return _with_chunks(cfg, T, 1)
+    n_chunks = min(n_windows, math.ceil(4 * n_sm / b_programs), max(1, _MAX_CHUNK_TILE // cfg.block_b))
+    return _with_chunks(cfg, T, n_chunks)
 
 
 def _block_config(T: int, B: int, n_sm: int) -> Config:
@@ -341,7 +360,8 @@ class LaunchPlan:
                  time_contiguous, exact, device, wide, init_of):
         self.spec, self.layout = spec, layout
         series = sum(x is not None and s[0] != 0 for x, s in zip(ins, in_strides)) + sum(o is not None for o in outs)
-        self.candidates = choose_configs(layout.T, layout.B, time_contiguous, exact, device, spec[2], series)
+        self.candidates = choose_configs(layout.T, layout.B, time_contiguous, exact, device, spec[2], series,
+                                         compute_dtype == torch.float32)
         self.unchecked = len(self.candidates) > 1 and not interpreting()
         self.device = device
         self.compute_dtype = compute_dtype
@@ -354,7 +374,8 @@ class LaunchPlan:
 
     def _use(self, cfg: Config) -> None:
         """Launch with the settings ``cfg`` from now on."""
-        from .engine import block_kernel, chained_kernel, chained_stripe_kernel, scan_kernel, stripe_kernel
+        from .engine import (block_kernel, chained_kernel, chained_scan_kernel, chained_stripe_kernel, scan_kernel,
+                             stripe_kernel)
 
         coeffs, emit, reverse = self.spec
         T, B = self.layout.T, self.layout.B
@@ -379,16 +400,16 @@ class LaunchPlan:
             BLOCK_C=cfg.block_c, TWO_LEVEL=self.layout.two_level, WIDE=self.wide,
             STAGES=cfg.stages if cfg.stages > 1 else None, UNROLL=cfg.unroll if cfg.unroll > 1 else None,
         )
-        if cfg.kind == "scan":
-            self.fn = scan_kernel
+        if cfg.kind in ("scan", "chained_scan"):
+            self.fn = scan_kernel if cfg.kind == "scan" else chained_scan_kernel
             kwargs["BLOCK_T"] = cfg.block_t
-        else:
+        if cfg.kind in CHAINED:
+            kwargs["TEST_LOOKBACK"] = cfg.test_lookback
+            kwargs["LOOKBACK"] = cfg.lookback
+            kwargs["LINK"] = cfg.link
+        if cfg.kind not in ("scan", "chained_scan"):
             self.fn = dict(stripe=stripe_kernel, block=block_kernel, chained=chained_kernel,
                            chained_stripe=chained_stripe_kernel)[cfg.kind]
-            if cfg.kind in CHAINED:
-                kwargs["TEST_LOOKBACK"] = cfg.test_lookback
-                kwargs["LOOKBACK"] = cfg.lookback
-                kwargs["LINK"] = cfg.link
             if cfg.kind == "chained_stripe":
                 kwargs["OPAQUE"] = not interpreting()
             if cfg.kind in ("block", "chained"):
