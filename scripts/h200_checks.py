@@ -1,5 +1,6 @@
 """The checks that need a GPU (CI has none): CUDA-graph capture, torch.compile on CUDA,
-gradients against the CPU path (retrace_from_q's too), backward speed and the backward
+gradients against the CPU path (retrace_from_q's too) and, for one long sequence, float32
+against float64, backward speed and the backward
 kernels' launch settings, the Retrace cliff, determinism, memory growth, long horizons,
 and the CPU/GPU crossover for host-resident buffers (the SB3 adapter's choice). Prints a
 table last; writes JSON to $OUT (or ./bench-out). Name steps to run only those:
@@ -258,6 +259,32 @@ def _gradients_vs_cpu(T, N):
         record(f"gradients on GPU vs CPU path (float64): {name} {N}x{T}", err < 1e-9, f"max rel diff {err:.1e}")
 
 
+def gradients_one_sequence():
+    """Every op's gradients for one sequence of 1,000,000 steps: float32, whose forward and
+    backward scans run the one-pass chained tiles there, against float64, which runs the
+    two launches of tiles (its pairs do not fit one word); both on the GPU."""
+    T, N = 1_000_000, 1
+    from rlscan._triton import launch
+
+    d64 = {k: t.double() if t.is_floating_point() else t for k, t in data(T, N).items()}
+    for name in calls(d64):
+        grads, kinds = {}, {}
+        for dtype in (torch.float32, torch.float64):
+            leaves = _with_grad({k: t.to(dtype) if t.is_floating_point() else t for k, t in d64.items()})
+            launch._PLANS.clear()
+            outs = flat(calls(leaves)[name]())
+            w = [torch.linspace(-1, 1, o.shape[0], device=o.device, dtype=o.dtype)[:, None].expand_as(o) for o in outs]
+            inputs = [t for t in leaves.values() if t.requires_grad]
+            grads[dtype] = [None if x is None else x.double() for x in torch.autograd.grad(outs, inputs, w,
+                                                                                        allow_unused=True)]
+            kinds[dtype] = sorted({p.cfg.kind for p in launch._PLANS.values()})
+        pairs = [(a, b) for a, b in zip(grads[torch.float32], grads[torch.float64]) if b is not None]
+        err = _max_rel_diff(pairs)
+        record(f"gradients float32 vs float64: {name} {N}x{T}", err < 1e-4,
+               f"max rel diff {err:.1e} (float32 ran {', '.join(kinds[torch.float32])}; "
+               f"float64 {', '.join(kinds[torch.float64])})")
+
+
 def retrace_from_q_gradients():
     """retrace_from_q's gradients on the GPU (Retrace's fused backward, then the action
     table's chain rule) against the CPU path's, float64, at 64 x 300 and 4096 x 512, 6 actions."""
@@ -407,8 +434,8 @@ def main():
     result = {}
     import sys
 
-    steps = (cuda_graphs, compiled, gradients_vs_cpu, retrace_from_q_gradients, backward_speed, backward_settings,
-             retrace_cliff, determinism, memory, long_horizon)
+    steps = (cuda_graphs, compiled, gradients_vs_cpu, gradients_one_sequence, retrace_from_q_gradients, backward_speed,
+             backward_settings, retrace_cliff, determinism, memory, long_horizon)
     only = sys.argv[1:]
     if only:
         steps = tuple(s for s in steps if s.__name__ in only)
