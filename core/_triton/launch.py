@@ -7,6 +7,10 @@ spill registers:
 
 * one environment with ``T <= 8``, backward in time: one step at a time, in one thread (the
   sequential layout);
+* one sequence of at least 2**19 steps, in float32: ``chained_scan_kernel`` (one pass, tiles
+  of 2048 steps on 4 warps, or 256 on one warp for kernels of more than 5 series, chained by
+  words read 64 per round trip); otherwise, or under
+  ``torch.use_deterministic_algorithms(True)``, the 512-step tiles below in two launches;
 * inputs contiguous along time (``[N, T]``): ``scan_kernel`` with tiles of 256 steps (512
   for one very long sequence);
 * inputs contiguous along environments (``[T, N]``): for ``8 <= T <= 16`` and ``N < 16384``,
@@ -51,7 +55,7 @@ class Config(NamedTuple):
     kind: str  # "scan", "stripe", "block", "chained", "chained_scan" or "chained_stripe"
     block_b: int  # environments per program
     num_warps: int
-    block_t: int = 1  # scan: rows of time per tile
+    block_t: int = 1  # scan, chained_scan: rows of time per tile
     stripes: int = 1  # stripe: stripes per window
     steps: int = 1  # stripe: steps per stripe
     n_chunks: int = 1  # programs along time
