@@ -404,22 +404,21 @@ class LaunchPlan:
             BLOCK_C=cfg.block_c, TWO_LEVEL=self.layout.two_level, WIDE=self.wide,
             STAGES=cfg.stages if cfg.stages > 1 else None, UNROLL=cfg.unroll if cfg.unroll > 1 else None,
         )
+        self.fn = dict(scan=scan_kernel, stripe=stripe_kernel, block=block_kernel, chained=chained_kernel,
+                       chained_scan=chained_scan_kernel, chained_stripe=chained_stripe_kernel)[cfg.kind]
         if cfg.kind in ("scan", "chained_scan"):
-            self.fn = scan_kernel if cfg.kind == "scan" else chained_scan_kernel
             kwargs["BLOCK_T"] = cfg.block_t
+        else:
+            kwargs["STRIPES"] = cfg.stripes
+            kwargs["STEPS"] = cfg.steps
         if cfg.kind in CHAINED:
             kwargs["TEST_LOOKBACK"] = cfg.test_lookback
             kwargs["LOOKBACK"] = cfg.lookback
             kwargs["LINK"] = cfg.link
-        if cfg.kind not in ("scan", "chained_scan"):
-            self.fn = dict(stripe=stripe_kernel, block=block_kernel, chained=chained_kernel,
-                           chained_stripe=chained_stripe_kernel)[cfg.kind]
-            if cfg.kind == "chained_stripe":
-                kwargs["OPAQUE"] = not interpreting()
-            if cfg.kind in ("block", "chained"):
-                kwargs["STEP_SCAN"] = cfg.step_scan
-            kwargs["STRIPES"] = cfg.stripes
-            kwargs["STEPS"] = cfg.steps
+        if cfg.kind == "chained_stripe":
+            kwargs["OPAQUE"] = not interpreting()
+        if cfg.kind in ("block", "chained"):
+            kwargs["STEP_SCAN"] = cfg.step_scan
         self.constexprs = kwargs
         self.options = dict(num_warps=cfg.num_warps)
         if self.exact:
