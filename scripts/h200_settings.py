@@ -25,6 +25,7 @@ Prints a table last: per shape, the heuristic's time and the five fastest varian
     python scripts/h200_settings.py words_one   # the same for one sequence of 1,000,000 steps
     python scripts/h200_settings.py words_light  # the lighter ops: narrower, longer chained blocks with words
     python scripts/h200_settings.py one_long    # one sequence, very long T: tiles chained in one pass
+    python scripts/h200_settings.py mid_envs    # 512 environments, long T: the one-pass layouts of N >= 4096
 
 Each variant is a set of ``forced_config`` settings (core/_triton/launch.py); "heuristic"
 is what rlscan chooses by itself.
@@ -297,6 +298,25 @@ def _one_long(N: int, T: int, layout: str, op: str = "") -> dict:
             for bt, w, lb in rows if op not in ("vtrace", "retrace") or bt * N <= 8 * 32 * w}  # theirs spill beyond
 
 
+def _mid_envs(N: int, T: int, layout: str, op: str = "") -> dict:
+    """512 environments, long T (4.3-8.3x the bandwidth floor in run 53, on 16-wide tiles in two
+    launches): the chained blocks that ship for ``N >= 4096`` (64 environments, words), with
+    wider look-backs since fewer programs chain longer, the two-pass windows of 16-64
+    environments, and tiles chained in one pass."""
+    heavy = op in ("vtrace", "retrace")
+    steps = 16 if heavy else 32
+    out = {f"chained 64x1x{steps} lb{lb} words": dict(kind="chained", block_b=64, stripes=1, steps=steps,
+                                                       num_warps=1, lookback=lb, link="words") for lb in (1, 8)}
+    out["chained 128x1x16 lb4 flags"] = dict(kind="chained", block_b=128, stripes=1, steps=16, num_warps=1,
+                                              lookback=4)
+    out.update({f"chained_stripe 16x16x16 w4 lb{lb} words": dict(kind="chained_stripe", block_b=16, stripes=16,
+                                                                 steps=16, num_warps=4, lookback=lb, link="words")
+                for lb in (2, 8)})
+    out["chained_scan 32x128 w4 lb16 words"] = dict(kind="chained_scan", block_b=32, block_t=128, num_warps=4,
+                                                    lookback=16, link="words")
+    return out
+
+
 def _small(N: int, T: int, layout: str, op: str = "") -> dict:
     """Short T, too few environments to fill the GPU with 64-environment tiles: narrower tiles,
     more programs (the whole-grid run 24 had V-trace at 64 x 16 in 5.05 us and at 8 x 16, one
@@ -369,6 +389,8 @@ GROUPS = {
     "one_long": (_one_long, [(op, 1, 1_000_000, "tn") for op in ("discounted_returns", "vtrace", "gae", "retrace")]
                  + [("gae", 1, 262144, "tn"), ("gae", 1, 65536, "tn"), ("discounted_returns", 1, 65536, "tn"),
                     ("gae", 1, 8192, "tn")]),
+    "mid_envs": (_mid_envs, [(op, 512, T, "tn") for T in (2048, 16384) for op in ("gae", "discounted_returns",
+                                                                                  "vtrace")]),
     "words_light": (_words_light, [(op, N, T, "tn") for N, T in ((4096, 2048), (16384, 512)) for op in cases.CASES
                                    if op not in ("vtrace", "retrace")]),
     "small": (_small, [(op, N, 16, "tn") for op in ("vtrace", "gae", "retrace") for N in (64, 512, 4096, 16384)] + [
