@@ -193,8 +193,8 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
     if B == 1 and T >= 2**19 and words and not deterministic:
         # one long sequence, in one pass: tiles scanned across their threads, chained by words read
         # 64 per round trip (chained_scan_kernel). At 1 x 1,000,000 against the two launches of
-        # 512-step tiles below: 2048-step tiles on 4 warps 1.18-1.48x faster for discounted returns
-        # and GAE; 256-step tiles on one warp 1.47x for V-trace and 1.12x for Retrace, whose kernels
+        # 512-step tiles below: 2048-step tiles on 4 warps 1.13-1.50x faster for GAE and discounted
+        # returns; 256-step tiles on one warp 1.47x for V-trace and 1.12x for Retrace, whose kernels
         # spill with more steps per thread. At 1 x 262144 the tiles were as fast (runs 47-49,
         # scripts/h200_settings.py one_long)
         chained = Config("chained_scan", 1, 4, block_t=2048, lookback=64, link="words")
