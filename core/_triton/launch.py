@@ -190,21 +190,22 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
     """The settings that measured fastest on an H200 (docs/perf-notes.md), in order of preference.
     ``words``: the pairs fit in one 64-bit word each (float32), as the one-pass kernel for a
     single long sequence needs (its look-back reads 64 of them per round trip)."""
-    if B == 1 and T >= 2**19 and words and not deterministic:
-        # one long sequence, in one pass: tiles scanned across their threads, chained by words read
-        # 64 per round trip (chained_scan_kernel). At 1 x 1,000,000 against the two launches of
-        # 512-step tiles below: 2048-step tiles on 4 warps 1.13-1.50x faster for GAE and discounted
+    if B == 1 and T >= 2**18:
+        # one long sequence: 512-step tiles, about 4 chunks per SM, in two launches (1 x 1,000,000:
+        # 15.5 against 21.4 us with 256-step tiles; scripts/h200_settings.py long)
+        tiles = _split_time(Config("scan", 1, 4, block_t=512), T, B, n_sm)
+        if T < 2**19 or not words or deterministic:
+            return (tiles,)
+        # from 2**19 steps in float32, first in one pass: tiles scanned across their threads,
+        # chained by words read 64 per round trip (chained_scan_kernel). At 1 x 1,000,000 against
+        # the two launches: 2048-step tiles on 4 warps 1.13-1.50x faster for GAE and discounted
         # returns; 256-step tiles on one warp 1.47x for V-trace and 1.12x for Retrace, whose kernels
-        # spill with more steps per thread. At 1 x 262144 the tiles were as fast (runs 47-49,
-        # scripts/h200_settings.py one_long)
+        # spill with more steps per thread. At 1 x 262144 the two launches were as fast (runs
+        # 47-49, scripts/h200_settings.py one_long)
         chained = Config("chained_scan", 1, 4, block_t=2048, lookback=64, link="words")
         if series > 5:
             chained = chained._replace(num_warps=1, block_t=256)
-        return (_with_chunks(chained, T, 1), _split_time(Config("scan", 1, 4, block_t=512), T, B, n_sm))
-    elif B == 1 and T >= 2**18:
-        # one long sequence: 512-step tiles, about 4 chunks per SM (1 x 1,000,000: 15.5 against
-        # 21.4 us with 256-step tiles; scripts/h200_settings.py long)
-        cfg = Config("scan", 1, 4, block_t=512)
+        return (_with_chunks(chained, T, 1), tiles)
     elif B == 1 and T <= 8 and reverse:
         # one environment, a few steps, backward in time: the sequential layout, one thread. At
         # 1 x 8, the 8-step tile lost to the sequential kernel for GAE, TD(λ), V-trace and
