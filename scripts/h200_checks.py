@@ -222,6 +222,13 @@ def backward_settings():
                 record(f"backward settings {name} {N}x{T} {label}", True, f"{t:.1f} us (ran {ran})")
 
 
+def _ramp_grads(outs, inputs):
+    """The gradients of the outputs' sum weighted by a ramp from -1 to 1 along time (their
+    first axis), so that every step's gradient differs; ``None`` for inputs not used."""
+    w = [torch.ones_like(o) * torch.linspace(-1, 1, o.shape[0], device=o.device, dtype=o.dtype)[:, None] for o in outs]
+    return torch.autograd.grad(outs, inputs, w, allow_unused=True)
+
+
 def gradients_vs_cpu():
     """Every op's gradients on the GPU (float64) against the CPU path's (float64 loops and
     autograd through the ops' torch forms, gradchecked in CI), tensor γ/λ, both value sources;
@@ -247,12 +254,8 @@ def _gradients_vs_cpu(T, N):
                 leaves = _with_grad(moved)
                 kws = {k: v.to(where).requires_grad_() for k, v in kw.items()}
                 fn = calls(leaves, **kws)[name]
-                outs = flat(fn())
-                w = [torch.ones_like(o) * torch.linspace(-1, 1, o.shape[0], device=o.device, dtype=o.dtype)[:, None]
-                     for o in outs]
                 inputs = [t for t in list(leaves.values()) + list(kws.values()) if t.requires_grad]
-                grads[backend] = [None if x is None else x.cpu() for x in
-                                torch.autograd.grad(outs, inputs, w, allow_unused=True)]
+                grads[backend] = [None if x is None else x.cpu() for x in _ramp_grads(flat(fn()), inputs)]
         zero = lambda a, b: torch.zeros_like(b if a is None else a) if a is None else a  # noqa: E731
         pairs = [(zero(a, b), zero(b, a)) for a, b in zip(grads["triton"], grads["cpu"]) if a is not None or b is not None]
         err = _max_rel_diff(pairs)
@@ -272,11 +275,8 @@ def gradients_one_sequence():
         for dtype in (torch.float32, torch.float64):
             leaves = _with_grad({k: t.to(dtype) if t.is_floating_point() else t for k, t in d64.items()})
             launch._PLANS.clear()
-            outs = flat(calls(leaves)[name]())
-            w = [torch.linspace(-1, 1, o.shape[0], device=o.device, dtype=o.dtype)[:, None].expand_as(o) for o in outs]
             inputs = [t for t in leaves.values() if t.requires_grad]
-            grads[dtype] = [None if x is None else x.double() for x in torch.autograd.grad(outs, inputs, w,
-                                                                                        allow_unused=True)]
+            grads[dtype] = [None if x is None else x.double() for x in _ramp_grads(flat(calls(leaves)[name]()), inputs)]
             kinds[dtype] = sorted({p.cfg.kind for p in launch._PLANS.values()})
         pairs = [(a, b) for a, b in zip(grads[torch.float32], grads[torch.float64]) if b is not None]
         err = _max_rel_diff(pairs)
