@@ -43,6 +43,7 @@ from ._torchrl_inputs import (
     standardise_rewards,
     state_values,
 )
+from ._torchrl_precision import gae_lmbda, td_lambda_next_values
 from ._torchrl_registry import is_patched, patch, unpatch
 
 __all__ = ["GAE", "TDLambdaEstimator", "TD1Estimator", "VTrace", "patch", "unpatch", "is_patched"]
@@ -100,7 +101,7 @@ class GAE(_torchrl_value.GAE):
             terminated=terminated,
             truncated=done,
             gamma=gamma,
-            lmbda=buffer_on(self, "lmbda", reward.device),
+            lmbda=gae_lmbda(buffer_on(self, "lmbda", reward.device), gamma, reward),
             time_dim=time_dim,
         )
 
@@ -123,14 +124,15 @@ class TDLambdaEstimator(_torchrl_value.TDLambdaEstimator):
             next_value = self._next_value(tensordict, target_params, kwargs=kwargs)
         time_dim = self._get_time_dim(time_dim, tensordict)
         reward, terminated, done = episode_ends(self, tensordict, time_dim)
+        lmbda = buffer_on(self, "lmbda", reward.device)
         return rlscan.td_lambda(
             reward,
             None,  # V_t is not read: every V'_t comes from next_values
-            next_values=next_value,
+            next_values=td_lambda_next_values(next_value, lmbda, done, time_dim),
             terminated=terminated,
             truncated=done,
             gamma=gamma,
-            lmbda=buffer_on(self, "lmbda", reward.device),
+            lmbda=lmbda,
             time_dim=time_dim,
         )
 

@@ -240,6 +240,59 @@ def test_gradients_match_torchrl(kind, backend):
         assert_close(g_ours, g_ref, f"{kind} d/d{key}")
 
 
+def outputs_and_gradients(kind, est, td, backend, *, loops: bool):
+    """``(advantage, value_target, gradients)`` of a weighted sum of both outputs with respect
+    to rewards, values and next values, from the module (``loops=False``) or TorchRL's
+    loop functions run with the module's buffers (``loops=True``)."""
+    td = td.clone()
+    leaves = [("next", "reward"), "state_value", ("next", "state_value")]
+    for key in leaves:
+        td[key] = td[key].clone().requires_grad_(True)
+    with rlscan.use_backend(backend):
+        if loops:
+            advantage, target = loop_reference(kind, est, td, axis=td.batch_dims - 1)
+        else:
+            out = est(td)
+            advantage, target = out["advantage"], out["value_target"]
+    weights = torch.randn(2, *advantage.shape, dtype=advantage.dtype, generator=torch.Generator().manual_seed(7))
+    objective = (weights[0] * advantage + weights[1] * target).sum()
+    return advantage, target, torch.autograd.grad(objective, [td[key] for key in leaves], allow_unused=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "kind, lmbda, steps_to_next_obs",
+    [("gae", 0.93, False), ("gae", 0.41, True), ("td_lambda", 0.93, True), ("td_lambda", 0.41, False),
+     ("td1", None, True), ("vtrace", None, False)],
+)
+def test_float32_hyperparameters_on_float64_rollouts(kind, lmbda, steps_to_next_obs, backend):
+    """An estimator left in float32 (TorchRL's default buffers) on a float64 rollout:
+    TorchRL's loops round γ·λ (GAE) and 1 − λ (TD(λ), when λ < 0.5 has its last bit set,
+    as 0.41 does) to float32 before they meet the data. rlscan reproduces them to 1e-12,
+    gradients included, with γ = 0.97 and λ not exact in binary."""
+    args = estimator_args(kind, torch.float64, differentiable=True, gamma=0.97)
+    if lmbda is not None:
+        args["lmbda"] = lmbda
+    ours, reference = OURS[kind](**args), STOCK[kind](**args)
+    assert ours.gamma.dtype == reference.gamma.dtype == torch.float32
+    td = rollout((2,), T=12, dtype=torch.float64, seed=14, steps_to_next_obs=steps_to_next_obs)
+    *got, got_grads = outputs_and_gradients(kind, ours, td, backend, loops=False)
+    *expected, expected_grads = outputs_and_gradients(kind, reference, td, "cpu", loops=kind != "vtrace")
+    for name, a, b in zip(("advantage", "value_target"), got, expected):
+        assert_close(a, b, f"{kind} {name}")
+    for name, a, b in zip(("reward", "state_value", "next state_value"), got_grads, expected_grads):
+        if b is None:
+            assert a is None or not a.any(), f"{kind} d/d{name}"
+        else:
+            assert_close(a, b, f"{kind} d/d{name}")
+    if kind in ("gae", "td_lambda"):
+        # the float32 rounding is real: float64 buffers give TorchRL results farther away than 1e-12
+        wide = build(STOCK[kind], torch.float64, args)
+        advantage64, *_ = outputs_and_gradients(kind, wide, td, "cpu", loops=True)
+        gap = ((advantage64 - expected[0]).abs().max() / expected[0].abs().max()).item()
+        assert gap > 1e-10, f"{kind}: float32 and float64 buffers differ by only {gap:.3g}"
+
+
 @pytest.mark.parametrize("kind", ["gae", "vtrace"])
 def test_gradcheck(kind):
     """Finite differences of the module's outputs against autograd, through rlscan."""
