@@ -8,7 +8,7 @@ import torch
 from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
-from .. import _forms, _value_backward
+from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
 
@@ -56,6 +56,40 @@ OP = OpSpec(
 register_fused(OP)
 
 
+def _kernel_masked():
+    from . import kernel
+
+    return kernel.coeffs_masked, kernel.emit, True
+
+
+def _cpu_masked(*args):
+    from . import cpu
+
+    cpu.run_masked(*args)
+
+
+def _differentiable_masked(call, r, v, w, boot, term, mask, g_t, l_t, gamma, lmbda, gamma_lmbda):
+    r, v, term, mask = (_forms.time_first(x, call) for x in (r, v, term, mask))
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
+    m = _skip.kept(mask, r)
+    nu, _ = _forms.masks(term, None, r)
+    delta = r + g * _skip.next_kept_values_form(v, _forms.upcast(boot, call), m) * nu - v
+    adv = linear_scan(m * delta, m * (g * lam * nu) + (1 - m), reverse=True)
+    return _forms.result(adv, call), _forms.result(adv + v, call)
+
+
+MASKED = OpSpec(
+    name="gae_masked",
+    inputs=(("rewards", "series"), ("values", "series"), ("next_kept_values", "series"), ("bootstrap_value", "batch"),
+            ("terminated", "flag"), ("mask", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=2,
+    kernel=_kernel_masked,
+    cpu=_cpu_masked,
+    differentiable=_differentiable_masked,
+)
+register_fused(MASKED)
+
+
 @fast_path
 def gae(
     rewards,
@@ -65,6 +99,7 @@ def gae(
     next_values=None,
     terminated=None,
     truncated=None,
+    mask=None,
     gamma=0.99,
     lmbda=0.95,
     time_dim=0,
@@ -91,6 +126,11 @@ def gae(
             ``bootstrap_value``; required with ``truncated``, where it must hold the
             final observation's value.
         terminated, truncated: episode-end flags (bool, uint8 or 0/1 floats).
+        mask: where the steps count (1) or are skipped (0), e.g. a language model's
+            response mask (bool, integer or 0/1 floats). A skipped step passes the
+            recurrence through (``Â_t = Â_{t+1}``), and ``V'_t`` of a kept step is the
+            value of the next kept step (``bootstrap_value`` past the end, 0 when
+            left out). Not with ``next_values`` or ``truncated``.
         gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
         time_dim: the time axis.
         exact: evaluate one step at a time in the loop's order (bit for bit the
@@ -105,8 +145,14 @@ def gae(
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values, required=True)
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
-        "gae", next_values, bootstrap_value, terminated, truncated, required=True)
+        "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
+    if mask is not None:
+        _skip.check_masked_ends("gae", next_values, truncated)
+        mask = _skip.check_mask(call, mask)
+        w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
+        tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
+        return GAEOutput(*call.run(MASKED, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out))
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
     return GAEOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out))
