@@ -18,7 +18,8 @@ response mask, 0 after EOS and over observation tokens of multi-turn rollouts):
   ``V'`` and ``A'`` carried from the next step whose mask is 1 (0 past the end); where
   ``m_t = 0``, ``A_t = A'`` and ``V'`` is not replaced. ``returns = A + V`` everywhere;
   the advantages are whitened over the kept tokens (:func:`rlscan.masked_whiten`).
-  This is ``rlscan.gae(..., mask=response_mask)``.
+  This is ``rlscan.gae(..., mask=response_mask, whiten=True)``: on the GPU one scan
+  over the inputs that also gathers the whitening's sums, then one pass that whitens.
 * REINFORCE++: ``G_t = r_t + γ m_{t+1} G_{t+1}`` (the running return is reset after
   EOS), the returns unwhitened, ``advantages = masked_whiten(G) · m``. This is
   ``rlscan.discounted_returns`` with the trace cut where the next token is masked.
@@ -52,10 +53,8 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
     _check_tokens(token_level_rewards, response_mask, values=values)
     gamma, lam = _coef("gamma", gamma), _coef("lam", lam)
     with torch.no_grad():
-        advantages, returns = rlscan.gae(token_level_rewards, values, mask=response_mask, gamma=gamma, lmbda=lam,
-                                         time_dim=-1)
-        advantages = rlscan.masked_whiten(advantages, response_mask)
-    return advantages, returns
+        return tuple(rlscan.gae(token_level_rewards, values, mask=response_mask, whiten=True, gamma=gamma, lmbda=lam,
+                                time_dim=-1))
 
 
 def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,

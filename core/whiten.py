@@ -71,6 +71,18 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8):
     return out.numpy() if numpy_io else out
 
 
+def apply_whitening(x: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+    """``masked_whiten`` from sums gathered elsewhere: ``sums = (n, Σ x, Σ x²)`` (float64) over
+    the kept positions of ``x`` (the Triton path, where a scan gathered them)."""
+    from ._triton import whiten as kernels
+
+    n, s, q = sums
+    _check_count(n.item())
+    mean = s / n
+    var = (q - n * mean * mean).clamp(min=0) / (n - 1)
+    return kernels.apply_stats(x, torch.stack([mean, torch.rsqrt(var + 1e-8)]))
+
+
 def _check_count(n) -> None:
     n = int(n)
     if n < 2:

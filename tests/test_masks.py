@@ -147,19 +147,55 @@ def test_long_responses_cpu(op):
         _check(op, args, kwargs, atol=1e-4)
 
 
-# every kind for GAE (two scans: the next kept values, then GAE); for the others, whose
-# coefficients differ but whose scans are the same, one kind of each family
-KINDS = [("gae", config) for config in KERNEL_CONFIGS] + [
-    (op, config) for op in ("td_lambda", "discounted_returns")
-    for config in ("scan-chunks", "block-chunks", "chained-stripe-words", "chained-scan-words")]
+# every kind for GAE's one pass (two lanes per environment); for its two scans (λ < 0.5: the
+# next kept values, then GAE) and the other ops, whose scans are the same, one kind of each family
+FAMILIES = ("scan-chunks", "block-chunks", "chained-stripe-words", "chained-scan-words")
+KINDS = [("gae", 0.8, config) for config in KERNEL_CONFIGS] + [
+    (op, 0.3, config) for op in ("gae", "td_lambda", "discounted_returns") for config in FAMILIES]
 
 
-@pytest.mark.parametrize("op, config", KINDS)
-def test_kernel_kinds(triton_path_only, op, config):
+@pytest.mark.parametrize("op, lmbda, config", KINDS)
+def test_kernel_kinds(triton_path_only, op, lmbda, config, monkeypatch):
+    from rlscan.ops.gae import one_pass
+
+    ran = []
+    run = one_pass._run
+    monkeypatch.setattr(one_pass, "_run", lambda *a: ran.append(run(*a)) or ran[-1])
     args, kwargs = _problem(op, B=3, T=T, seed=len(config), device=triton_path_only, terminated=True,
-                            mask=PATTERNS[[0, 1, 4]])
+                            mask=PATTERNS[[0, 1, 4]], lmbda=lmbda)
     with forced_config(**KERNEL_CONFIGS[config]):
         _check(op, args, kwargs)
+    assert (len(ran) == 1 and ran[0] is not None) == (op == "gae" and lmbda >= one_pass.LAMBDA_MIN)
+
+
+@pytest.mark.parametrize("lmbda", [1.0, 0.95, 0.5])
+def test_one_pass_whitened(triton_path_only, lmbda):
+    """GAE's one pass gathers the whitening's sums: the result is masked_whiten's, and the
+    float64 reference's, for large values and λ down to the one pass's limit."""
+    args, kwargs = _problem("gae", B=5, T=T, device=triton_path_only, lmbda=lmbda, gamma=0.99,
+                            value_dtype=torch.bfloat16)
+    args = (args[0], (args[1].float() * 4 + 20).to(torch.bfloat16))
+    adv, ret = rlscan.gae(*args, **kwargs, whiten=True)
+    want_adv, want_ret = reference.gae(*args, **kwargs)
+    torch.testing.assert_close(ret.cpu().double(), want_ret, rtol=1e-5, atol=1e-5 * float(want_ret.abs().max()))
+    want = verl_loops.masked_whiten(want_adv, kwargs["mask"].cpu())
+    torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
+    two_scans, _ = rlscan.gae(*args, **kwargs, whiten=True, exact=True)
+    torch.testing.assert_close(adv, two_scans, rtol=1e-4, atol=1e-4)
+
+
+def test_one_pass_failure_falls_back(triton_path_only, monkeypatch):
+    from rlscan.ops.gae import one_pass
+
+    def broken(*args):
+        raise RuntimeError("a compiler failure")
+
+    monkeypatch.setattr(one_pass, "_run", broken)
+    monkeypatch.setattr(one_pass, "_failed", [])
+    args, kwargs = _problem("gae", device=triton_path_only)
+    with pytest.warns(UserWarning, match="running two scans"):
+        _check("gae", args, kwargs)
+    _check("gae", args, kwargs)  # warned once; the two scans from now on
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -202,8 +238,9 @@ def test_compiled(path, op):
     args, kwargs = _problem(op, device=path.device)
     fn = getattr(rlscan, op)
     compiled = torch.compile(lambda *a: fn(*a, **kwargs), fullgraph=True, backend="eager")
+    # compiled, GAE runs its two scans (custom ops); eager, its one pass: float32 rounding apart
     for got, want in zip(_outputs(compiled(*args)), _outputs(fn(*args, **kwargs))):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
 
 
@@ -259,3 +296,8 @@ def test_bad_input(op):
         fn(*args, **kwargs, next_values=args[0])
     with pytest.raises(ValueError, match="truncated"):
         fn(*args, **kwargs, truncated=torch.zeros_like(args[0]), bootstrap_value=boot)
+    if op == "gae":
+        with pytest.raises(ValueError, match="whiten=True needs mask"):
+            fn(*args, **dict(kwargs, mask=None), bootstrap_value=boot, whiten=True)
+        with pytest.raises(TypeError, match="whiten must be a bool"):
+            fn(*args, **kwargs, whiten=1)

@@ -56,7 +56,14 @@ def masked_whiten(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float
     mean = s_b.sum() / n
     mean_b = s_b / n_b.clamp(min=1)
     var = (m2_b.sum() + (n_b * (mean_b - mean) ** 2).sum()) / (n - 1)
-    stats = torch.stack([mean, torch.rsqrt(var + eps)]).to(work)
+    return apply_stats(x, torch.stack([mean, torch.rsqrt(var + eps)]), shift_mean)
+
+
+def apply_stats(x: torch.Tensor, stats: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """``(x − μ) · s`` (``+ μ``) for a contiguous ``x``, ``stats = (μ, s)`` on its device."""
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    acc = tl.float64 if x.dtype == torch.float64 else tl.float32
+    N = x.numel()
     out = torch.empty_like(x)
-    apply[(P,)](x, out, stats, N, SHIFT=shift_mean, BLOCK=BLOCK, ACC=acc, num_warps=8)
+    apply[(triton.cdiv(N, BLOCK),)](x, out, stats.to(work), N, SHIFT=shift_mean, BLOCK=BLOCK, ACC=acc, num_warps=8)
     return out

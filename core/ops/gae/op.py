@@ -90,6 +90,39 @@ MASKED = OpSpec(
 register_fused(MASKED)
 
 
+def _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact, out):
+    """The masked GAE: one pass (``one_pass``) where it applies, else the next kept values and
+    then GAE, two scans; the whitening after."""
+    from ...whiten import apply_whitening, masked_whiten
+
+    _skip.check_masked_ends("gae", next_values, truncated)
+    mask = _skip.check_mask(call, mask)
+    tensors = (call.anchor, values, bootstrap_value, terminated, g.tensor)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if (not exact and out is None and lam.tensor is None and not needs_grad and not torch.compiler.is_compiling()
+            and call.path() == "triton" and 0 not in call.shape):
+        from . import one_pass
+
+        stats = torch.zeros(3, dtype=torch.float64, device=call.device) if whiten else None
+        result = one_pass.advantages(call, call.anchor, values, bootstrap_value, terminated, mask, g.value, g.tensor,
+                                     lam.value, stats)
+        if result is not None:
+            adv, ret = result
+            if whiten:
+                adv = apply_whitening(adv, stats)
+            return GAEOutput(*call.finish((adv, ret)))
+    w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
+    tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
+    result = call.run(MASKED, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)
+    if whiten:
+        adv = masked_whiten(result[0], mask)
+        if out is not None:
+            out[0].copy_(adv)
+            adv = out[0]
+        result = (adv, result[1])
+    return GAEOutput(*result)
+
+
 @fast_path
 def gae(
     rewards,
@@ -100,6 +133,7 @@ def gae(
     terminated=None,
     truncated=None,
     mask=None,
+    whiten=False,
     gamma=0.99,
     lmbda=0.95,
     time_dim=0,
@@ -131,6 +165,9 @@ def gae(
             recurrence through (``Â_t = Â_{t+1}``), and ``V'_t`` of a kept step is the
             value of the next kept step (``bootstrap_value`` past the end, 0 when
             left out). Not with ``next_values`` or ``truncated``.
+        whiten: standardise the advantages with the mean and variance of the kept
+            steps (:func:`rlscan.masked_whiten`; with ``mask`` only). On the Triton
+            path the sums are gathered during the scan, leaving one more pass.
         gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
         time_dim: the time axis.
         exact: evaluate one step at a time in the loop's order (bit for bit the
@@ -148,11 +185,12 @@ def gae(
         "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
+    if not isinstance(whiten, bool):
+        raise TypeError(f"whiten must be a bool, got {type(whiten).__name__}")
     if mask is not None:
-        _skip.check_masked_ends("gae", next_values, truncated)
-        mask = _skip.check_mask(call, mask)
-        w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
-        tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
-        return GAEOutput(*call.run(MASKED, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out))
+        return _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact,
+                       out)
+    if whiten:
+        raise ValueError("gae: whiten=True needs mask= (the advantages are standardised over the kept steps)")
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
     return GAEOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out))
