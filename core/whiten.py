@@ -77,13 +77,14 @@ def apply_whitening(x: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
     from ._triton import whiten as kernels
 
     n, s, q = sums
-    _check_count(n.item())
+    _check_count(n)
     mean = s / n
     var = (q - n * mean * mean).clamp(min=0) / (n - 1)
     return kernels.apply_stats(x, torch.stack([mean, torch.rsqrt(var + 1e-8)]))
 
 
 def _check_count(n) -> None:
+    """verl's check (a synchronisation, for a count on the GPU)."""
     n = int(n)
     if n < 2:
         raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {n}")

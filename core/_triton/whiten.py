@@ -52,7 +52,7 @@ def masked_whiten(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float
     block_stats[(P,)](x, m, parts, N, P, BLOCK=BLOCK, ACC=acc, num_warps=8)
     n_b, s_b, m2_b = parts.double()
     n = n_b.sum()
-    check_count(n.item())
+    check_count(n)
     mean = s_b.sum() / n
     mean_b = s_b / n_b.clamp(min=1)
     var = (m2_b.sum() + (n_b * (mean_b - mean) ** 2).sum()) / (n - 1)
