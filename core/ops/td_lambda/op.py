@@ -121,8 +121,6 @@ def td_lambda(
     lam = call.coef("lmbda", lmbda)
     if mask is not None:
         _skip.check_masked_ends("td_lambda", next_values, truncated)
-        if values is None:
-            raise TypeError("td_lambda with a mask needs values (the next kept step's value follows each kept step)")
         mask = _skip.check_mask(call, mask)
         w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
         tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
