@@ -39,7 +39,8 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8):
         A tensor of ``values``' shape and dtype (computed in float32, or float64).
 
     Raises:
-        ValueError: when fewer than two positions are kept (the variance is undefined).
+        ValueError: when fewer than two positions are kept (the variance is undefined;
+            inside ``torch.compile`` this is not checked, and gives inf or NaN).
     """
     x, numpy_io = to_tensor("values", values)
     check_float("values", x)
@@ -51,6 +52,8 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8):
     if not isinstance(shift_mean, bool):
         raise TypeError(f"shift_mean must be a bool, got {type(shift_mean).__name__}")
     eps = float(eps)
+    if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
+        return _torch_form(x, m, shift_mean, eps, check=False)
     if m.dtype != torch.bool and m.device.type == "cpu" and m.numel() and not bool(((m == 0) | (m == 1)).all()):
         raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
     out = None
@@ -90,11 +93,12 @@ def _check_count(n) -> None:
         raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {n}")
 
 
-def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float) -> torch.Tensor:
+def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, check: bool = True) -> torch.Tensor:
     """The same statistics with torch operations (float64 sums)."""
     keep = m != 0
     n = keep.sum()
-    _check_count(n)
+    if check:
+        _check_count(n)
     wide = x.to(torch.float64)
     mean = torch.where(keep, wide, 0).sum() / n
     var = torch.where(keep, (wide - mean) ** 2, 0).sum() / (n - 1)

@@ -2,6 +2,7 @@
 references (docs/semantics.md, "Skipped steps"): padding after EOS, observation spans inside
 a response, rows with no kept step, one-step rows, γ = λ = 1, bfloat16 values, long responses,
 every Triton kernel kind, exact mode bit for bit, gradients, torch.compile and bad input."""
+import numpy as np
 import pytest
 import torch
 
@@ -206,6 +207,27 @@ def test_time_first_layout(path, op):
     _check(op, args, kwargs)
 
 
+def test_other_layouts_numpy_and_out(path):
+    """Two batch groups ([B1, T, B2], the two scans), numpy in and out, and out= (the two scans)."""
+    g = torch.Generator().manual_seed(9)
+    r, v = torch.randn(2, T, 3, generator=g), torch.randn(2, T, 3, generator=g)
+    m = (torch.rand(2, T, 3, generator=g) < 0.6).to(path.device)
+    kwargs = dict(mask=m, time_dim=1, gamma=0.9, lmbda=0.8)
+    _check("gae", (r.to(path.device), v.to(path.device)), kwargs)
+    if path.device.type == "cpu":
+        got = rlscan.gae(r.numpy(), v.numpy(), **kwargs)
+        want = reference.gae(r, v, **kwargs)
+        assert all(isinstance(x, np.ndarray) for x in got)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
+    out = (torch.empty(2, T, 3, device=path.device), torch.empty(2, T, 3, device=path.device))
+    result = rlscan.gae(r.to(path.device), v.to(path.device), **kwargs, whiten=True, out=out)
+    assert result[0] is out[0] and result[1] is out[1]
+    want_adv, want_ret = reference.gae(r, v, **kwargs)
+    torch.testing.assert_close(out[1].cpu().double(), want_ret, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[0].cpu().double(), verl_loops.masked_whiten(want_adv, m.cpu()), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_gradients(op):
     """float64 gradients of the differentiable form against finite differences (CPU path)."""
@@ -240,6 +262,17 @@ def test_compiled(path, op):
     compiled = torch.compile(lambda *a: fn(*a, **kwargs), fullgraph=True, backend="eager")
     # compiled, GAE runs its two scans (custom ops); eager, its one pass: float32 rounding apart
     for got, want in zip(_outputs(compiled(*args)), _outputs(fn(*args, **kwargs))):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+def test_compiled_whitened(path):
+    """GAE with whiten=True inside torch.compile: the masked ops' custom ops, then the whitening
+    as torch operations, with no graph break."""
+    torch._dynamo.reset()
+    args, kwargs = _problem("gae", device=path.device)
+    compiled = torch.compile(lambda *a: rlscan.gae(*a, **kwargs, whiten=True), fullgraph=True, backend="eager")
+    for got, want in zip(compiled(*args), rlscan.gae(*args, **kwargs, whiten=True)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
 
