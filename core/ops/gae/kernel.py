@@ -56,6 +56,10 @@ def coeffs_masked(ins, s, scalars, tile, T, ACC: tl.constexpr):
 # (a lane stride of 0). Lane 0 scans ``E = Â + W/λ``, lane 1 the next kept value ``W``;
 # the emit step splits the pairs and writes ``Â = E − W/λ``.
 
+# the whitening's sums are spread over this many slots (chosen by program), so that the
+# atomic additions of many programs do not queue on one address
+STAT_SLOTS = tl.constexpr(64)
+
 
 @triton.jit
 def coeffs_lanes(ins, s, scalars, tile, T, ACC: tl.constexpr):
@@ -86,8 +90,8 @@ def _lane_pairs(x):
 
 @triton.jit
 def emit_lanes(outs, s, scalars, A, A_in, keep, tile, T):
-    """``advantages = E − W/λ``, ``returns = advantages + V``; with ``STATS``, the count, sum and
-    sum of squares of the kept advantages added to it (float64)."""
+    """``advantages = E − W/λ``, ``returns = advantages + V``; with ``STATS`` (``[3, STAT_SLOTS]``
+    float64), the count, sum and sum of squares of the kept advantages added to one slot."""
     ADV, RET, STATS = outs
     v, kept = keep
     e, w = _lane_pairs(A)
@@ -104,6 +108,7 @@ def emit_lanes(outs, s, scalars, A, A_in, keep, tile, T):
     if STATS is not None:
         counted = inside & (kept != 0)
         a = tl.where(counted, adv, 0)
-        tl.atomic_add(STATS, tl.sum(counted.to(tl.float64)))
-        tl.atomic_add(STATS + 1, tl.sum(a).to(tl.float64))
-        tl.atomic_add(STATS + 2, tl.sum(a * a).to(tl.float64))
+        slot = (tl.program_id(0) + 7 * tl.program_id(1)) % STAT_SLOTS
+        tl.atomic_add(STATS + slot, tl.sum(counted.to(tl.float64)))
+        tl.atomic_add(STATS + STAT_SLOTS + slot, tl.sum(a).to(tl.float64))
+        tl.atomic_add(STATS + 2 * STAT_SLOTS + slot, tl.sum(a * a).to(tl.float64))

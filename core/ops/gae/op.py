@@ -103,13 +103,13 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
             and call.path() == "triton" and 0 not in call.shape):
         from . import one_pass
 
-        stats = torch.zeros(3, dtype=torch.float64, device=call.device) if whiten else None
+        stats = one_pass.new_stats(call.device) if whiten else None
         result = one_pass.advantages(call, call.anchor, values, bootstrap_value, terminated, mask, g.value, g.tensor,
                                      lam.value, stats)
         if result is not None:
             adv, ret = result
             if whiten:
-                adv = apply_whitening(adv, stats)
+                adv = apply_whitening(adv, stats.sum(dim=1))
             return GAEOutput(*call.finish((adv, ret)))
     w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
     tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
