@@ -83,7 +83,11 @@ def apply_whitening(x: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
     _check_count(n)
     mean = s / n
     var = (q - n * mean * mean).clamp(min=0) / (n - 1)
-    return kernels.apply_stats(x, torch.stack([mean, torch.rsqrt(var + 1e-8)]))
+    stats = torch.stack([mean, torch.rsqrt(var + 1e-8)])
+    if not x.is_contiguous():  # the kernel reads flat memory; torch's elementwise ops take any strides
+        mean, scale = stats.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        return ((x - mean) * scale).to(x.dtype)
+    return kernels.apply_stats(x, stats)
 
 
 def _check_count(n) -> None:

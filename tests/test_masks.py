@@ -205,6 +205,10 @@ def test_time_first_layout(path, op):
     args = tuple(a.t() for a in args)  # [T, B] views of [B, T] storage
     kwargs = dict(kwargs, mask=kwargs["mask"].t().contiguous(), time_dim=0)
     _check(op, args, kwargs)
+    if op == "gae":
+        adv, _ = rlscan.gae(*args, **kwargs, whiten=True)
+        want = verl_loops.masked_whiten(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
+        torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_other_layouts_numpy_and_out(path):
