@@ -12,6 +12,7 @@ from .ops.linear_scan import linear_scan
 from .ops.retrace import RetraceOutput, retrace, retrace_from_q
 from .ops.td_lambda import td_lambda
 from .ops.vtrace import VTraceOutput, vtrace
+from .whiten import masked_whiten
 
 __version__ = "0.1.0"
 
@@ -25,6 +26,7 @@ __all__ = [
     "eligibility_traces",
     "episodic_cumsum",
     "linear_scan",
+    "masked_whiten",
     "GAEOutput",
     "VTraceOutput",
     "RetraceOutput",

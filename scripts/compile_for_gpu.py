@@ -7,6 +7,7 @@ nothing; run it whenever a kernel changes:
 
     python scripts/compile_for_gpu.py          # the kernels as launched
     python scripts/compile_for_gpu.py --wide   # the same with 64-bit offsets
+    COMPILE_ONLY=masked python scripts/compile_for_gpu.py   # the cases whose name holds "masked"
 """
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def cases():
     q_values, probs = torch.randn(T, N, A), torch.softmax(torch.randn(T, N, A), -1)
     actions = torch.randint(0, A, (T, N))
     g_t = torch.rand(T, 1)
+    mask = torch.rand(N, T) < 0.8
+    rb, vb = torch.randn(N, T), torch.randn(N, T).to(torch.bfloat16)
     return {
         "gae": lambda **k: rlscan.gae(r, v, next_values=nv, terminated=term, truncated=trunc, **k),
         "gae tensor gamma": lambda **k: rlscan.gae(r, v, bootstrap_value=boot, terminated=term, gamma=g_t, **k),
@@ -61,6 +64,14 @@ def cases():
         "episodic_cumsum": lambda **k: rlscan.episodic_cumsum(x, dones=term, initial=init, **k),
         "linear_scan": lambda **k: rlscan.linear_scan(x, b, reverse=True, initial=init, **k),
         "linear_scan float64": lambda **k: rlscan.linear_scan(x.double(), b.double(), initial=init.double(), **k),
+        # the step-skip mask: GAE's one pass (two lanes, the whitening's sums), its two scans (λ < 0.5)
+        "gae masked one pass": lambda **k: rlscan.gae(rb, vb, mask=mask, time_dim=1, whiten=True, lmbda=0.95, **k),
+        "gae masked bootstrap": lambda **k: rlscan.gae(rb, vb, mask=mask.long(), time_dim=1, bootstrap_value=boot,
+                                                       terminated=term.t(), gamma=torch.rand(N, T), lmbda=0.9, **k),
+        "gae masked two scans": lambda **k: rlscan.gae(r, v, mask=mask.t(), bootstrap_value=boot, lmbda=0.3, **k),
+        "td_lambda masked": lambda **k: rlscan.td_lambda(r, v, mask=mask.t(), bootstrap_value=boot, terminated=term,
+                                                         **k),
+        "discounted_returns masked": lambda **k: rlscan.discounted_returns(r, mask=mask.t(), terminated=term, **k),
         # the fused backward kernels: every gradient output, both sources of the value after a step
         "gae backward": lambda **k: _backward(rlscan.gae, (r, v), dict(next_values=nv, truncated=trunc),
                                               terminated=term, gamma=g_t, lmbda=torch.rand(T, N), **k),
@@ -128,6 +139,24 @@ SETTINGS = [
 ]
 
 
+def _compile_whitening():
+    """rlscan.masked_whiten's two kernels (launched directly, not through a launch plan)."""
+    from rlscan._triton import whiten as W
+
+    import triton.language as tl
+
+    x, m, parts, stats = torch.randn(5000), torch.ones(5000, dtype=torch.uint8), torch.empty(9), torch.zeros(2)
+    for dtype, acc in ((torch.float32, tl.float32), (torch.bfloat16, tl.float32), (torch.float64, tl.float64)):
+        xs = x.to(dtype)
+        for fn, args, kw in ((W.block_stats, (xs, m, parts.to(xs.dtype if dtype == torch.float64 else torch.float32),
+                                              5000, 3), {}),
+                             (W.apply, (xs, xs, stats, 5000), dict(SHIFT=True))):
+            try:
+                compile_only(fn, (2,), args, dict(kw, BLOCK=W.BLOCK, ACC=acc, num_warps=8))
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"masked_whiten {fn.__name__} {dtype}: {type(exc).__name__}: {exc}"[:400])
+
+
 def main():
     if "--wide" in sys.argv:  # every launch takes its 64-bit offset path (inputs past 2**31 elements)
         L._reach = lambda x: 2**31
@@ -136,7 +165,15 @@ def main():
     import rlscan._backend as backend
 
     backend.path_for = lambda device_type, what="": "triton"
+    import rlscan.whiten
+    from rlscan.ops.gae import one_pass
+
+    rlscan.whiten.apply_whitening = lambda x, sums: x  # it launches directly (compiled below)
+    _compile_whitening()
+    only = os.environ.get("COMPILE_ONLY", "")
     for name, call in cases().items():
+        if only not in name:
+            continue
         for setting, forced in SETTINGS + [("exact", None)]:
             L._PLANS.clear()
             try:
@@ -148,6 +185,9 @@ def main():
             except Exception as exc:  # noqa: BLE001
                 msg = str(exc).strip().splitlines()
                 failures.append(f"{name} [{setting}]: {type(exc).__name__}: {msg[-1] if msg else ''}"[:400])
+            if one_pass._failed:  # the one pass falls back to two scans on failure: a failure here
+                failures.append(f"{name} [{setting}]: one pass: {one_pass._failed[-1]}"[:400])
+                one_pass._failed.clear()
     print(f"compiled {compiled} kernels for sm_90; {len(failures)} failures")
     for f in failures:
         print("  FAIL", f)

@@ -197,6 +197,16 @@ CASES = {
     "reverse-int": lambda: rlscan.linear_scan(r(), 0.5, reverse=1),
     "dones-missing": lambda: rlscan.episodic_cumsum(r()),
     "eligibility-gamma-missing": lambda: rlscan.eligibility_traces(r(), dones=flags(), lmbda=0.9),
+    # masks
+    "mask-shape": lambda: gae(mask=flags(T, 1)),
+    "mask-values": lambda: gae(mask=torch.full((T, N), 0.5)),
+    "mask-dtype": lambda: gae(mask=torch.ones(T, N, dtype=torch.complex64)),
+    "mask-next-values": lambda: gae(mask=torch.ones(T, N), next_values=r()),
+    "mask-truncated": lambda: gae(mask=torch.ones(T, N), truncated=flags()),
+    "mask-td-lambda-values": lambda: rlscan.td_lambda(r(), None, mask=torch.ones(T, N)),
+    "whiten-without-mask": lambda: gae(whiten=True),
+    "whiten-int": lambda: gae(mask=torch.ones(T, N), whiten=1),
+    "whiten-one-kept": lambda: rlscan.masked_whiten(r(), with_element(1.0, fill=0.0)),
     # outputs given with out=
     "out-not-a-tuple": lambda: gae(out=f32(T, N)),
     "out-too-short": lambda: gae(out=[f32(T, N)]),

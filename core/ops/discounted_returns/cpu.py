@@ -35,3 +35,36 @@ def run(layout, arrays, scalars, outs, dtype):
     r, nv, boot, term, trunc, g = arrays
     (gamma,) = scalars
     discounted_loop(r, nv, boot, term, trunc, g, dtype(gamma), dtype(1), *outs)
+
+
+@njit
+def discounted_masked_loop(r, boot, term, mask, gammas, gamma, one, out):
+    """With a step-skip mask; ``G_T`` is the bootstrap (0 when absent)."""
+    T, Bh, Bl = r.shape
+    zero = one - one
+    for t in range(T - 1, -1, -1):
+        for i in range(Bh):
+            for j in range(Bl):
+                last = zero
+                if t < T - 1:
+                    last = out[t + 1, i, j]
+                else:
+                    if boot is not None:
+                        last = boot[0, i, j]
+                if mask[t, i, j] != 0:
+                    nu = one
+                    if term is not None:
+                        if term[t, i, j] != 0:
+                            nu = zero
+                    g = gamma
+                    if gammas is not None:
+                        g = gammas[t, i, j]
+                    out[t, i, j] = r[t, i, j] + g * nu * last
+                else:
+                    out[t, i, j] = last
+
+
+def run_masked(layout, arrays, scalars, outs, dtype):
+    r, boot, term, mask, g = arrays
+    (gamma,) = scalars
+    discounted_masked_loop(r, boot, term, mask, g, dtype(gamma), dtype(1), *outs)

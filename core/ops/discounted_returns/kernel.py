@@ -24,3 +24,15 @@ def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
 def emit(outs, s, scalars, A, A_in, keep, tile, T):
     (OUT,) = outs
     store(OUT, s, tile, A)
+
+
+@triton.jit
+def coeffs_masked(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    """With a step-skip mask ``m`` (docs/semantics.md, "Skipped steps"), ``G_T`` = the bootstrap:
+    ``α_t = m_t r_t``, ``β_t = m_t γ_t ν_t + 1 − m_t``."""
+    R, BOOT, TERM, MASK, GAMMA = ins
+    r = load(R, s[0], tile, ACC)
+    kept = load_flag(MASK, s[3], tile, 0, T)
+    nu = (~load_flag(TERM, s[2], tile, 0, T)).to(ACC)
+    gamma = load_coef(GAMMA, s[4], tile, scalars[0], 0, T, ACC)
+    return tl.where(kept, r, 0), tl.where(kept, gamma * nu, 1), (r,)

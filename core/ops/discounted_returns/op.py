@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
-from .. import _forms, _value_backward
+from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
 
@@ -51,6 +51,40 @@ OP = OpSpec(
 register_fused(OP)
 
 
+def _kernel_masked():
+    from . import kernel
+
+    return kernel.coeffs_masked, kernel.emit, True
+
+
+def _cpu_masked(*args):
+    from . import cpu
+
+    cpu.run_masked(*args)
+
+
+def _differentiable_masked(call, r, boot, term, mask, g_t, gamma):
+    r, term, mask = (_forms.time_first(x, call) for x in (r, term, mask))
+    g = _forms.coef(g_t, gamma, call)
+    m = _skip.kept(mask, r)
+    nu, _ = _forms.masks(term, None, r)
+    beta = m * (g * nu) + (1 - m)
+    return (_forms.result(linear_scan(m * r, beta, reverse=True, initial=_forms.upcast(boot, call)), call),)
+
+
+MASKED = OpSpec(
+    name="discounted_returns_masked",
+    inputs=(("rewards", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"), ("mask", "flag"),
+            ("gamma", "coef")),
+    n_out=1,
+    kernel=_kernel_masked,
+    cpu=_cpu_masked,
+    differentiable=_differentiable_masked,
+    init_of=1,
+)
+register_fused(MASKED)
+
+
 @fast_path
 def discounted_returns(
     rewards,
@@ -59,6 +93,7 @@ def discounted_returns(
     next_values=None,
     terminated=None,
     truncated=None,
+    mask=None,
     gamma=0.99,
     time_dim=0,
     exact=False,
@@ -74,10 +109,19 @@ def discounted_returns(
     ``bootstrap_value``; without it the return stops there, the Monte Carlo return
     of complete episodes). This is :func:`rlscan.td_lambda` with ``λ = 1``. See
     docs/semantics.md.
+
+    With ``mask`` (1 where the step counts, 0 where it is skipped) a skipped step passes
+    the return through (``G_t = G_{t+1}``, ``G_T = bootstrap_value``, 0 when left out);
+    not with ``next_values`` or ``truncated``.
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
         "discounted_returns", next_values, bootstrap_value, terminated, truncated, required=False)
     g = call.coef("gamma", gamma)
+    if mask is not None:
+        _skip.check_masked_ends("discounted_returns", next_values, truncated)
+        mask = _skip.check_mask(call, mask)
+        tensors = (call.anchor, bootstrap_value, terminated, mask, g.tensor)
+        return call.run(MASKED, tensors, (g.value,), exact=exact, out=out)[0]
     tensors = (call.anchor, next_values, bootstrap_value, terminated, truncated, g.tensor)
     return call.run(OP, tensors, (g.value,), exact=exact, out=out)[0]

@@ -51,3 +51,47 @@ def run(layout, arrays, scalars, outs, dtype):
     r, v, nv, boot, term, trunc, g, lam = arrays
     gamma, lmbda, gamma_lmbda = scalars
     gae_loop(r, v, nv, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda), dtype(1), *outs)
+
+
+@njit
+def gae_masked_loop(r, v, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, gamma_lmbda, one, adv, ret):
+    """With a step-skip mask: ``w`` holds the next kept values ``W_t`` (docs/semantics.md)."""
+    T, Bh, Bl = r.shape
+    zero = one - one
+    for t in range(T - 1, -1, -1):
+        for i in range(Bh):
+            for j in range(Bl):
+                last = zero
+                wn = zero
+                if t < T - 1:
+                    last = adv[t + 1, i, j]
+                    wn = w[t + 1, i, j]
+                else:
+                    if boot is not None:
+                        wn = boot[0, i, j]
+                if mask[t, i, j] != 0:
+                    nu = one
+                    if term is not None:
+                        if term[t, i, j] != 0:
+                            nu = zero
+                    g = gamma
+                    lam = lmbda
+                    gl = gamma_lmbda
+                    if gammas is not None:
+                        g = gammas[t, i, j]
+                        gl = g * lam
+                    if lmbdas is not None:
+                        lam = lmbdas[t, i, j]
+                        gl = g * lam
+                    a = r[t, i, j] + g * wn * nu - v[t, i, j] + gl * nu * last
+                else:
+                    a = last
+                adv[t, i, j] = a
+                ret[t, i, j] = a + v[t, i, j]
+
+
+def run_masked(layout, arrays, scalars, outs, dtype):
+    r, v, w, boot, term, mask, g, lam = arrays
+    gamma, lmbda, gamma_lmbda = scalars
+    gae_masked_loop(r, v, w, boot, term, mask, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda), dtype(1),
+                    *outs)

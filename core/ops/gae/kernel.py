@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, scalar, step_terms, store, value_after
+from ..._triton.engine import load, load_coef, load_flag, scalar, step_terms, store, value_after
 
 
 @triton.jit
@@ -28,3 +28,87 @@ def emit(outs, s, scalars, A, A_in, keep, tile, T):
     (v,) = keep
     store(ADV, s, tile, A)
     store(RET, s, tile, A + v)
+
+
+@triton.jit
+def coeffs_masked(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    """With a step-skip mask ``m`` (docs/semantics.md, "Skipped steps"):
+    ``δ_t = r_t + γ_t ν_t W_{t+1} − V_t``; ``α_t = m_t δ_t``, ``β_t = m_t γ_t λ_t ν_t + 1 − m_t``."""
+    R, V, W, BOOT, TERM, MASK, GAMMA, LMBDA = ins
+    r = load(R, s[0], tile, ACC)
+    v = load(V, s[1], tile, ACC)
+    w_next = value_after(W, s[2], None, s[2], BOOT, s[3], tile, T, ACC)
+    kept = load_flag(MASK, s[5], tile, 0, T)
+    nu = (~load_flag(TERM, s[4], tile, 0, T)).to(ACC)
+    gamma = load_coef(GAMMA, s[6], tile, scalars[0], 0, T, ACC)
+    if GAMMA is None and LMBDA is None:
+        gamma_lmbda = scalar(scalars[2], ACC)
+    else:
+        gamma_lmbda = gamma * load_coef(LMBDA, s[7], tile, scalars[1], 0, T, ACC)
+    delta = r + gamma * w_next * nu - v
+    return tl.where(kept, delta, 0), tl.where(kept, gamma_lmbda * nu, 1), (v,)
+
+
+# ----------------------------------------------------------------------------- one pass, two lanes
+#
+# The masked GAE in one scan (docs/semantics.md, "One pass: two lanes"): every environment
+# runs as two neighbouring lanes of the engine's batch axis, reading the same inputs
+# (a lane stride of 0). Lane 0 scans ``E = Â + W/λ``, lane 1 the next kept value ``W``;
+# the emit step splits the pairs and writes ``Â = E − W/λ``.
+
+# the whitening's sums are spread over this many slots (chosen by program), so that the
+# atomic additions of many programs do not queue on one address
+STAT_SLOTS = tl.constexpr(64)
+
+
+@triton.jit
+def coeffs_lanes(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    """Lane 0: ``α = m (r + (1/λ − 1) V)``, ``β = m γλν + 1 − m``; lane 1: ``α = m V``, ``β = 1 − m``."""
+    R, V, TERM, MASK, GAMMA, INIT = ins
+    r = load(R, s[0], tile, ACC)
+    v = load(V, s[1], tile, ACC)
+    nu = (~load_flag(TERM, s[2], tile, 0, T)).to(ACC)
+    kept = load_flag(MASK, s[3], tile, 0, T)
+    if GAMMA is None:
+        gamma_lmbda = scalar(scalars[2], ACC)
+    else:
+        gamma_lmbda = load_coef(GAMMA, s[4], tile, scalars[0], 0, T, ACC) * scalar(scalars[1], ACC)
+    value_lane = tile[2] == 1
+    alpha = tl.where(value_lane, v, r + scalar(scalars[3], ACC) * v)
+    beta = tl.where(value_lane, 0, gamma_lmbda * nu)
+    return tl.where(kept, alpha, 0), tl.where(kept, beta, 1), (v, kept)
+
+
+@triton.jit
+def _lane_pairs(x):
+    """A tile's last axis split into its (lane 0, lane 1) halves."""
+    if len(x.shape) == 3:
+        return tl.split(tl.reshape(x, (x.shape[0], x.shape[1], x.shape[2] // 2, 2)))
+    else:
+        return tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+
+
+@triton.jit
+def emit_lanes(outs, s, scalars, A, A_in, keep, tile, T):
+    """``advantages = E − W/λ``, ``returns = advantages + V``; with ``STATS`` (``[3, STAT_SLOTS]``
+    float64), the count, sum and sum of squares of the kept advantages added to one slot."""
+    ADV, RET, STATS = outs
+    v, kept = keep
+    e, w = _lane_pairs(A)
+    v, _ = _lane_pairs(v)
+    kept, _ = _lane_pairs(kept.to(tl.int8))
+    t, _ = _lane_pairs(tile[0] + tile[1] * 0)
+    env, _ = _lane_pairs(tile[1] + tile[0] * 0)
+    inside, _ = _lane_pairs(tile[3].to(tl.int8))
+    inside = inside != 0
+    adv = e - w * scalar(scalars[4], A.dtype)
+    off = t * s[0] + env * s[1]
+    tl.store(ADV + off, adv, mask=inside)
+    tl.store(RET + off, adv + v, mask=inside)
+    if STATS is not None:
+        counted = inside & (kept != 0)
+        a = tl.where(counted, adv, 0)
+        slot = (tl.program_id(0) + 7 * tl.program_id(1)) % STAT_SLOTS
+        tl.atomic_add(STATS + slot, tl.sum(counted.to(tl.float64)))
+        tl.atomic_add(STATS + STAT_SLOTS + slot, tl.sum(a).to(tl.float64))
+        tl.atomic_add(STATS + 2 * STAT_SLOTS + slot, tl.sum(a * a).to(tl.float64))

@@ -8,7 +8,7 @@ import torch
 from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
-from .. import _forms, _value_backward
+from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
 
@@ -56,6 +56,73 @@ OP = OpSpec(
 register_fused(OP)
 
 
+def _kernel_masked():
+    from . import kernel
+
+    return kernel.coeffs_masked, kernel.emit, True
+
+
+def _cpu_masked(*args):
+    from . import cpu
+
+    cpu.run_masked(*args)
+
+
+def _differentiable_masked(call, r, v, w, boot, term, mask, g_t, l_t, gamma, lmbda, gamma_lmbda):
+    r, v, term, mask = (_forms.time_first(x, call) for x in (r, v, term, mask))
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
+    m = _skip.kept(mask, r)
+    nu, _ = _forms.masks(term, None, r)
+    delta = r + g * _skip.next_kept_values_form(v, _forms.upcast(boot, call), m) * nu - v
+    adv = linear_scan(m * delta, m * (g * lam * nu) + (1 - m), reverse=True)
+    return _forms.result(adv, call), _forms.result(adv + v, call)
+
+
+MASKED = OpSpec(
+    name="gae_masked",
+    inputs=(("rewards", "series"), ("values", "series"), ("next_kept_values", "series"), ("bootstrap_value", "batch"),
+            ("terminated", "flag"), ("mask", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=2,
+    kernel=_kernel_masked,
+    cpu=_cpu_masked,
+    differentiable=_differentiable_masked,
+)
+register_fused(MASKED)
+
+
+def _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact, out):
+    """The masked GAE: one pass (``one_pass``) where it applies, else the next kept values and
+    then GAE, two scans; the whitening after."""
+    from ...whiten import apply_whitening, masked_whiten
+
+    _skip.check_masked_ends("gae", next_values, truncated)
+    mask = _skip.check_mask(call, mask)
+    tensors = (call.anchor, values, bootstrap_value, terminated, g.tensor)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if (not exact and out is None and lam.tensor is None and not needs_grad and not torch.compiler.is_compiling()
+            and call.path() == "triton" and 0 not in call.shape):
+        from . import one_pass
+
+        stats = one_pass.new_stats(call.device) if whiten else None
+        result = one_pass.advantages(call, call.anchor, values, bootstrap_value, terminated, mask, g.value, g.tensor,
+                                     lam.value, stats)
+        if result is not None:
+            adv, ret = result
+            if whiten:
+                adv = apply_whitening(adv, stats.sum(dim=1))
+            return GAEOutput(*call.finish((adv, ret)))
+    w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
+    tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
+    result = call.run(MASKED, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)
+    if whiten:
+        adv = masked_whiten(result[0], mask)
+        if out is not None:
+            out[0].copy_(adv)
+            adv = out[0]
+        result = (adv, result[1])
+    return GAEOutput(*result)
+
+
 @fast_path
 def gae(
     rewards,
@@ -65,6 +132,8 @@ def gae(
     next_values=None,
     terminated=None,
     truncated=None,
+    mask=None,
+    whiten=False,
     gamma=0.99,
     lmbda=0.95,
     time_dim=0,
@@ -91,6 +160,14 @@ def gae(
             ``bootstrap_value``; required with ``truncated``, where it must hold the
             final observation's value.
         terminated, truncated: episode-end flags (bool, uint8 or 0/1 floats).
+        mask: where the steps count (1) or are skipped (0), e.g. a language model's
+            response mask (bool, integer or 0/1 floats). A skipped step passes the
+            recurrence through (``Â_t = Â_{t+1}``), and ``V'_t`` of a kept step is the
+            value of the next kept step (``bootstrap_value`` past the end, 0 when
+            left out). Not with ``next_values`` or ``truncated``.
+        whiten: standardise the advantages with the mean and variance of the kept
+            steps (:func:`rlscan.masked_whiten`; with ``mask`` only). On the Triton
+            path the sums are gathered during the scan, leaving one more pass.
         gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
         time_dim: the time axis.
         exact: evaluate one step at a time in the loop's order (bit for bit the
@@ -105,8 +182,15 @@ def gae(
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values, required=True)
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
-        "gae", next_values, bootstrap_value, terminated, truncated, required=True)
+        "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
+    if not isinstance(whiten, bool):
+        raise TypeError(f"whiten must be a bool, got {type(whiten).__name__}")
+    if mask is not None:
+        return _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact,
+                       out)
+    if whiten:
+        raise ValueError("gae: whiten=True needs mask= (the advantages are standardised over the kept steps)")
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
     return GAEOutput(*call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out))

@@ -46,3 +46,44 @@ def run(layout, arrays, scalars, outs, dtype):
     gamma, lmbda, gamma_lmbda = scalars
     td_lambda_loop(r, v, nv, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda), dtype(1),
                    *outs)
+
+
+@njit
+def td_lambda_masked_loop(r, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, gamma_lmbda, one, out):
+    """With a step-skip mask: ``w`` holds the next kept values ``W_t``, and ``G_T`` is the bootstrap."""
+    T, Bh, Bl = r.shape
+    zero = one - one
+    for t in range(T - 1, -1, -1):
+        for i in range(Bh):
+            for j in range(Bl):
+                wn = zero
+                if t < T - 1:
+                    wn = w[t + 1, i, j]
+                else:
+                    if boot is not None:
+                        wn = boot[0, i, j]
+                last = out[t + 1, i, j] if t < T - 1 else wn
+                if mask[t, i, j] != 0:
+                    nu = one
+                    if term is not None:
+                        if term[t, i, j] != 0:
+                            nu = zero
+                    g = gamma
+                    lam = lmbda
+                    gl = gamma_lmbda
+                    if gammas is not None:
+                        g = gammas[t, i, j]
+                        gl = g * lam
+                    if lmbdas is not None:
+                        lam = lmbdas[t, i, j]
+                        gl = g * lam
+                    out[t, i, j] = r[t, i, j] + g * nu * (one - lam) * wn + gl * nu * last
+                else:
+                    out[t, i, j] = last
+
+
+def run_masked(layout, arrays, scalars, outs, dtype):
+    r, v, w, boot, term, mask, g, lam = arrays
+    gamma, lmbda, gamma_lmbda = scalars
+    td_lambda_masked_loop(r, w, boot, term, mask, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda), dtype(1),
+                          *outs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..._fast import fast_path
 from ..._call import Call, OpSpec
 from ..._library import register_fused
-from .. import _forms, _value_backward
+from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
 
@@ -46,6 +46,41 @@ OP = OpSpec(
 register_fused(OP)
 
 
+def _kernel_masked():
+    from . import kernel
+
+    return kernel.coeffs_masked, kernel.emit, True
+
+
+def _cpu_masked(*args):
+    from . import cpu
+
+    cpu.run_masked(*args)
+
+
+def _differentiable_masked(call, r, v, w, boot, term, mask, g_t, l_t, gamma, lmbda, gamma_lmbda):
+    r, v, term, mask = (_forms.time_first(x, call) for x in (r, v, term, mask))
+    g, lam = _forms.coef(g_t, gamma, call), _forms.coef(l_t, lmbda, call)
+    m = _skip.kept(mask, r)
+    nu, _ = _forms.masks(term, None, r)
+    boot = _forms.upcast(boot, call)
+    alpha = r + g * nu * (1 - lam) * _skip.next_kept_values_form(v, boot, m)
+    return (_forms.result(linear_scan(m * alpha, m * (g * lam * nu) + (1 - m), reverse=True, initial=boot), call),)
+
+
+MASKED = OpSpec(
+    name="td_lambda_masked",
+    inputs=(("rewards", "series"), ("values", "series"), ("next_kept_values", "series"), ("bootstrap_value", "batch"),
+            ("terminated", "flag"), ("mask", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
+    n_out=1,
+    kernel=_kernel_masked,
+    cpu=_cpu_masked,
+    differentiable=_differentiable_masked,
+    init_of=3,
+)
+register_fused(MASKED)
+
+
 @fast_path
 def td_lambda(
     rewards,
@@ -55,6 +90,7 @@ def td_lambda(
     next_values=None,
     terminated=None,
     truncated=None,
+    mask=None,
     gamma=0.99,
     lmbda=0.95,
     time_dim=0,
@@ -71,14 +107,23 @@ def td_lambda(
     Takes the same arguments as :func:`rlscan.gae` (see there and
     docs/semantics.md) and returns the λ-returns, of ``rewards``' shape. Only the values
     *after* each step enter, so ``values`` may be ``None`` when ``next_values`` is given.
+    With ``mask`` (1 where the step counts, 0 where it is skipped) a skipped step passes
+    the return through (``G_t = G_{t+1}``, ``G_T = bootstrap_value``, 0 when left out) and
+    ``V'_t`` of a kept step is the value of the next kept step; ``values`` is then required.
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values)
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
-        "td_lambda", next_values, bootstrap_value, terminated, truncated, required=True)
+        "td_lambda", next_values, bootstrap_value, terminated, truncated, required=mask is None)
     if values is None and next_values is None:
         raise TypeError("td_lambda needs values (or next_values, the values after each step), got neither")
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
+    if mask is not None:
+        _skip.check_masked_ends("td_lambda", next_values, truncated)
+        mask = _skip.check_mask(call, mask)
+        w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
+        tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
+        return call.run(MASKED, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
     return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]

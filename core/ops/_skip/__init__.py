@@ -1,0 +1,104 @@
+"""The step-skip mask shared by ``gae``, ``td_lambda`` and ``discounted_returns``
+(docs/semantics.md, "Skipped steps").
+
+``mask[t] = 1`` where step ``t`` counts, ``0`` where it is skipped (padding after a
+response's end, observation tokens inside a multi-turn response). A skipped step passes
+the recurrence through (``β = 1``, ``α = 0``) and the value after a kept step is the
+value of the next *kept* step::
+
+    W_t = m_t V_t + (1 − m_t) W_{t+1},   W_T = bootstrap_value (0 when absent)
+
+``W`` is itself a reverse linear scan (``α = m V``, ``β = 1 − m``), run here as its own
+op (``next_kept_values``); the masked ops read ``W_{t+1}`` where they read ``V_{t+1}``.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..._call import Call, OpSpec, _compiling
+from ..._inputs import check_shape
+from ..._library import register_fused
+from ..linear_scan import linear_scan
+
+MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+               torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_mask(call: Call, mask) -> torch.Tensor:
+    """``mask``: bool, integer or floating 0/1 values of the anchor's shape (1 = the step counts)."""
+    x = call._tensor("mask", mask)
+    if x.dtype not in MASK_DTYPES:
+        raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values (1 where the step counts), "
+                        f"got {x.dtype}")
+    check_shape("mask", x, call.shape, call.anchor_name)
+    if x.dtype != torch.bool and x.device.type == "cpu" and not _compiling():
+        call.checked_values = True
+        if x.numel() and not bool(((x == 0) | (x == 1)).all()):
+            raise ValueError("mask must hold only 0 and 1 (1 where the step counts, 0 where it is skipped)")
+    return x
+
+
+def check_masked_ends(name: str, next_values, truncated) -> None:
+    """The masked ops take the values after each step from ``values`` (the next kept step's)."""
+    if next_values is not None:
+        raise ValueError(f"{name}: mask and next_values cannot be combined; with a mask the value after a kept step "
+                         "is the value of the next kept step, read from values (and bootstrap_value past the end)")
+    if truncated is not None:
+        raise ValueError(f"{name}: mask and truncated cannot be combined (a truncation needs next_values); "
+                         "mark the end of a sequence with terminated, or leave the steps after it out with mask")
+
+
+def kept(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The time-first mask as 0/1 floats of ``like``'s dtype (for the differentiable forms)."""
+    return (mask != 0).to(like.dtype)
+
+
+def next_kept_values_form(v: torch.Tensor, boot, m: torch.Tensor) -> torch.Tensor:
+    """``W_{t+1}`` (time first, differentiable): the value of the first kept step after ``t``,
+    ``boot`` (or 0) past the end."""
+    W = linear_scan(m * v, 1 - m, reverse=True, initial=boot)
+    boot = torch.zeros_like(v[0]) if boot is None else boot.to(v.dtype)
+    return torch.cat([W[1:], boot.unsqueeze(0)])
+
+
+def _kernel():
+    from . import kernel
+
+    return kernel.coeffs, kernel.emit, True
+
+
+def _cpu(*args):
+    from . import cpu
+
+    cpu.run(*args)
+
+
+def _differentiable(call, v, boot, mask):
+    from .. import _forms
+
+    v = _forms.time_first(v, call)
+    m = kept(_forms.time_first(mask, call), v)
+    W = linear_scan(m * v, 1 - m, reverse=True, initial=_forms.upcast(boot, call))
+    return (_forms.result(W, call),)
+
+
+NEXT_KEPT = OpSpec(
+    name="next_kept_values",
+    inputs=(("values", "series"), ("bootstrap_value", "batch"), ("mask", "flag")),
+    n_out=1,
+    kernel=_kernel,
+    cpu=_cpu,
+    differentiable=_differentiable,
+    init_of=1,
+)
+register_fused(NEXT_KEPT)
+
+
+def next_kept_values(call: Call, values: torch.Tensor, bootstrap, mask: torch.Tensor, exact: bool) -> torch.Tensor:
+    """``W_t``, the value of the first kept step at or after ``t`` (the bootstrap past the end),
+    in the promoted dtype of ``values`` and ``bootstrap`` (a selection: no rounding)."""
+    sub = Call("values", values, call.time_dim)
+    if bootstrap is not None:
+        sub.batch("bootstrap_value", bootstrap)
+    with torch.no_grad():
+        return sub.run(NEXT_KEPT, (values, bootstrap, mask), (), exact=exact)[0]

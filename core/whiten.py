@@ -1,0 +1,117 @@
+"""``rlscan.masked_whiten``: advantages standardised over the positions a mask keeps.
+
+The statistics are those of the kept positions (``mask = 1``) of the whole tensor::
+
+    n = Σ m,    μ = Σ m·x / n,    σ² = Σ m·(x − μ)² / (n − 1)
+    out = (x − μ) · rsqrt(σ² + eps)          (+ μ when shift_mean is False)
+
+and the formula is applied at *every* position, kept or not (verl's ``masked_whiten``).
+On the Triton path this is two kernels: one pass that reduces blocks of the tensor to
+their count, mean and centred sum of squares (merged in float64, Chan et al.'s
+formula), and one pass that writes the result; the statistics stay on the device.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import _backend
+from ._inputs import check_device, check_float, check_shape, to_tensor
+from .ops._skip import MASK_DTYPES
+
+_warned = []
+
+
+def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8):
+    """Standardise ``values`` with the mean and the Bessel-corrected variance of the
+    positions where ``mask`` is 1 (over the whole tensor), applied to every position::
+
+        out = (values − μ) · rsqrt(σ² + eps)
+
+    Args:
+        values: a floating tensor (or numpy array), any shape.
+        mask: bool, integer or 0/1 floating values of ``values``' shape.
+        shift_mean: False adds ``μ`` back (only the spread is normalised).
+        eps: added to the variance under the square root.
+
+    Returns:
+        A tensor of ``values``' shape and dtype (computed in float32, or float64).
+
+    Raises:
+        ValueError: when fewer than two positions are kept (the variance is undefined;
+            inside ``torch.compile`` this is not checked, and gives inf or NaN).
+    """
+    x, numpy_io = to_tensor("values", values)
+    check_float("values", x)
+    m, _ = to_tensor("mask", mask)
+    check_device("mask", m, x.device, "values")
+    if m.dtype not in MASK_DTYPES:
+        raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values, got {m.dtype}")
+    check_shape("mask", m, x.shape, "values")
+    if not isinstance(shift_mean, bool):
+        raise TypeError(f"shift_mean must be a bool, got {type(shift_mean).__name__}")
+    eps = float(eps)
+    if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
+        return _torch_form(x, m, shift_mean, eps, check=False)
+    if m.dtype != torch.bool and m.device.type == "cpu" and m.numel() and not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
+    out = None
+    if _backend.path_for(x.device.type, "values") == "triton" and x.is_contiguous() and m.is_contiguous() and x.numel():
+        try:
+            from ._triton import whiten as kernels
+
+            out = kernels.masked_whiten(x, m, shift_mean, eps, _check_count)
+        except ValueError:
+            raise
+        except Exception as error:  # a compiler or launcher failure: the torch form is as correct
+            if not _warned:
+                _warned.append(True)
+                warnings.warn(f"rlscan.masked_whiten: the Triton kernels failed ({error!r}); using torch operations",
+                              stacklevel=2)
+    if out is None:
+        out = _torch_form(x, m, shift_mean, eps)
+    return out.numpy() if numpy_io else out
+
+
+def apply_whitening(x: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+    """``masked_whiten`` from sums gathered elsewhere: ``sums = (n, Σ x, Σ x²)`` (float64) over
+    the kept positions of ``x`` (the Triton path, where a scan gathered them)."""
+    from ._triton import whiten as kernels
+
+    n, s, q = sums
+    _check_count(n)
+    mean = s / n
+    var = (q - n * mean * mean).clamp(min=0) / (n - 1)
+    stats = torch.stack([mean, torch.rsqrt(var + 1e-8)])
+    if not x.is_contiguous():  # the kernel reads flat memory; torch's elementwise ops take any strides
+        mean, scale = stats.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        return ((x - mean) * scale).to(x.dtype)
+    return kernels.apply_stats(x, stats)
+
+
+def _check_count(n) -> None:
+    """verl's check (a synchronisation, for a count on the GPU)."""
+    n = int(n)
+    if n < 2:
+        raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {n}")
+
+
+def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, check: bool = True) -> torch.Tensor:
+    """The same statistics with torch operations (float64 sums)."""
+    keep = m != 0
+    n = keep.sum()
+    if check:
+        _check_count(n)
+    wide = x.to(torch.float64)
+    mean = torch.where(keep, wide, 0).sum() / n
+    var = torch.where(keep, (wide - mean) ** 2, 0).sum() / (n - 1)
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    mean, scale = mean.to(compute), torch.rsqrt(var + eps).to(compute)
+    out = (x.to(compute) - mean) * scale
+    if not shift_mean:
+        out = out + mean
+    return out.to(x.dtype)
+
+
+__all__ = ["masked_whiten"]

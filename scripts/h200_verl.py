@@ -1,0 +1,159 @@
+"""verl's advantage estimators on the GPU: verl's token loops against rlscan.adapters.verl.
+
+For each shape (``B x T`` = 256 x 4096 and 64 x 32768; float32 rewards, bfloat16 values,
+an int64 response mask with EOS padding and, in every fourth row, observation spans):
+
+1. correctness first: rlscan's advantages and returns against verl's loop run in float64
+   on the same inputs (the truth), and verl's own loop (bf16 carries) against it too;
+2. the loop's wall clock per call (``rlscan.bench.verl_loops``, verl's loop);
+3. rlscan's wall clock per call (what the trainer pays, the count check's sync included)
+   and device time (CUDA-graph replay, the count check left out), for GAE + whitening,
+   for GAE's two-scan path (the next kept values, then GAE, then masked_whiten), and for
+   REINFORCE++;
+4. the bandwidth floor: each input read once and each output written once, at the
+   device's copy bandwidth (``rlscan.bench.floors``).
+
+Prints a table last; writes JSON to $OUT (or ./bench-out)::
+
+    python scripts/h200_verl.py            # on the H200
+    TRITON_INTERPRET=1 python scripts/h200_verl.py --dry   # tiny shapes on the CPU (a check of the script)
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+import rlscan
+import rlscan.whiten
+from rlscan.adapters import verl
+from rlscan.bench import floors, timing, verl_loops
+from rlscan.ops.gae import one_pass
+
+DRY = "--dry" in sys.argv
+dev = torch.device("cpu" if DRY else "cuda")
+SHAPES = [(4, 64), (2, 256)] if DRY else [(256, 4096), (64, 32768)]
+GAMMA, LAM = 1.0, 0.95  # verl's default gamma; lam below 1 exercises the general form
+sync = timing.synchronizer(dev)
+rows = []
+
+
+def make(B, T, seed=0):
+    g = torch.Generator(device=dev).manual_seed(seed)
+    lengths = torch.randint(T // 4, T + 1, (B,), generator=g, device=dev)
+    t = torch.arange(T, device=dev)
+    mask = (t[None] < lengths[:, None]).long()
+    turns = (torch.arange(B, device=dev)[:, None] % 4 == 0) & ((t[None] // max(1, T // 16)) % 3 == 1)
+    mask = mask * (~turns).long()  # multi-turn rows: observation spans inside the response
+    rewards = torch.randn(B, T, device=dev, generator=g) * 0.01  # a KL penalty per token
+    rewards[torch.arange(B, device=dev), lengths - 1] += torch.randn(B, device=dev, generator=g)  # the score at EOS
+    values = torch.randn(B, T, device=dev, generator=g).to(torch.bfloat16)
+    return rewards, values, mask
+
+
+def error(got, truth):
+    return float((got.double() - truth).abs().max() / truth.abs().max().clamp(min=1e-30))
+
+
+def wall(fn, calls):
+    fn()
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / calls
+
+
+def device(fn):
+    """Device time per call; the count check (a sync, which a graph cannot hold) left out."""
+    if DRY:
+        return float("nan"), "dry run"
+    check = rlscan.whiten._check_count
+    rlscan.whiten._check_count = lambda n: None
+    try:
+        _, once = timing.timed_once(fn, sync)
+        t = timing.device_time(fn, one_call_s=once, target_s=0.05, repeat=5)
+        return t.seconds, t.method
+    finally:
+        rlscan.whiten._check_count = check
+
+
+class two_scans:
+    """GAE's masked path without the one pass: the next kept values, GAE, then masked_whiten."""
+
+    def __enter__(self):
+        self.limit, one_pass.LAMBDA_MIN = one_pass.LAMBDA_MIN, 2.0
+
+    def __exit__(self, *exc):
+        one_pass.LAMBDA_MIN = self.limit
+
+
+def main():
+    bw = floors.measure(dev, quick=True)
+    print(f"copy bandwidth {bw.bandwidth / 1e9:.0f} GB/s; launch floor {1e6 * (bw.launch_s or 0):.1f} us", flush=True)
+    for B, T in SHAPES:
+        r, v, m = make(B, T)
+        n = B * T
+        # 1. correctness against the float64 loop
+        truth = verl_loops.gae(r.double(), v.double(), m, GAMMA, LAM)
+        fused = verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)
+        with two_scans():
+            scans = verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)
+        t0 = time.perf_counter()
+        loop = verl_loops.gae(r, v, m, GAMMA, LAM)
+        sync()
+        loop_once = time.perf_counter() - t0
+        errs = {name: (error(out[0], truth[0]), error(out[1], truth[1]))
+                for name, out in (("rlscan", fused), ("two scans", scans), ("verl loop", loop))}
+        ok = errs["rlscan"][0] < 1e-4 and errs["rlscan"][1] < 1e-5 and errs["two scans"][0] < 1e-4
+        print(f"{B}x{T} GAE max error / max |truth| (advantages, returns): {errs}", flush=True)
+        rpp_truth = verl_loops.reinforce_plus_plus(r.double(), m, GAMMA)
+        rpp = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, {"gamma": GAMMA})
+        rpp_err = (error(rpp[0], rpp_truth[0]), error(rpp[1], rpp_truth[1]))
+        ok_rpp = rpp_err[0] < 1e-4 and rpp_err[1] < 1e-5
+        # 2-4. timing, floors
+        loop_s = min(loop_once, wall(lambda: verl_loops.gae(r, v, m, GAMMA, LAM), 1 if T > 8192 else 3))
+        rpp_loop_s = wall(lambda: verl_loops.reinforce_plus_plus(r, m, GAMMA), 1 if T > 8192 else 3)
+        gae_fn = lambda: verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)  # noqa: E731
+        rpp_fn = lambda: verl.compute_reinforce_plus_plus_outcome_advantage(r, m, {"gamma": GAMMA})  # noqa: E731
+        gae_only = lambda: rlscan.gae(r, v, mask=m, gamma=GAMMA, lmbda=LAM, time_dim=1)  # noqa: E731
+        gae_wall = wall(gae_fn, 20)
+        gae_dev, method = device(gae_fn)
+        only_dev, _ = device(gae_only)
+        with two_scans():
+            scans_dev, _ = device(gae_fn)
+        rpp_wall = wall(rpp_fn, 20)
+        rpp_dev, _ = device(rpp_fn)
+        moved = n * (r.element_size() + v.element_size() + m.element_size() + 2 * 4)
+        floor = bw.of(moved)
+        rpp_floor = bw.of(n * (r.element_size() + m.element_size() + 2 * 4))
+        rows.append(dict(shape=f"{B}x{T}", estimator="gae", ok=ok, errors=errs, loop_s=loop_s, wall_s=gae_wall,
+                         device_s=gae_dev, gae_only_device_s=only_dev, two_scans_device_s=scans_dev, floor_s=floor,
+                         moved_bytes=moved, method=method))
+        rows.append(dict(shape=f"{B}x{T}", estimator="reinforce_plus_plus", ok=ok_rpp, errors=rpp_err,
+                         loop_s=rpp_loop_s, wall_s=rpp_wall, device_s=rpp_dev, floor_s=rpp_floor, method=method))
+        print(json.dumps(rows[-2:], default=str), flush=True)
+
+    out = os.environ.get("OUT", "bench-out")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "h200_verl.json"), "w") as f:
+        json.dump(dict(bandwidth_Bps=bw.bandwidth, launch_s=bw.launch_s, rows=rows, device=str(
+            torch.cuda.get_device_name() if dev.type == "cuda" else "cpu")), f, indent=1, default=str)
+    print()
+    print("| shape | estimator | ok | verl loop ms | rlscan wall us | rlscan device us | floor us | x loop (wall) "
+          "| device / floor | GAE alone us | two scans us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        us = lambda k: f"{1e6 * row[k]:.1f}" if k in row else "-"  # noqa: E731
+        print(f"| {row['shape']} | {row['estimator']} | {'ok' if row['ok'] else 'BAD'} | {1e3 * row['loop_s']:.1f} "
+              f"| {us('wall_s')} | {us('device_s')} | {us('floor_s')} | {row['loop_s'] / row['wall_s']:.0f} "
+              f"| {row['device_s'] / row['floor_s']:.2f} | {us('gae_only_device_s')} | {us('two_scans_device_s')} |")
+    return 0 if all(row["ok"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

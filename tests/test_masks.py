@@ -1,0 +1,340 @@
+"""The step-skip mask (``mask=``) of gae, td_lambda and discounted_returns against the float64
+references (docs/semantics.md, "Skipped steps"): padding after EOS, observation spans inside
+a response, rows with no kept step, one-step rows, γ = λ = 1, bfloat16 values, long responses,
+every Triton kernel kind, exact mode bit for bit, gradients, torch.compile and bad input."""
+import numpy as np
+import pytest
+import torch
+
+import rlscan
+from rlscan import reference
+from rlscan._triton.launch import forced_config
+from rlscan.bench import verl_loops
+from rlscan_testing import KERNEL_CONFIGS, path_for
+
+OPS = ("gae", "td_lambda", "discounted_returns")
+T = 11
+
+# one row per pattern: padding after EOS, observation spans, nothing kept, all kept, one kept step
+PATTERNS = torch.tensor([
+    [1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0],
+    [1, 1, 0, 0, 0, 1, 1, 0, 1, 0, 0],
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    [0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
+])
+
+
+@pytest.fixture
+def triton_path_only():
+    """The device of the Triton path (CPU tensors through the interpreter without a GPU)."""
+    with rlscan.use_backend("triton"):
+        yield path_for("triton").device
+
+
+def _problem(op, B=5, T=T, seed=0, dtype=torch.float32, value_dtype=None, mask=None, bootstrap=True,
+             terminated=False, device="cpu", **coefs):
+    g = torch.Generator().manual_seed(seed)
+    r = torch.randn(B, T, generator=g).to(dtype)
+    v = torch.randn(B, T, generator=g).to(value_dtype or dtype)
+    if mask is None:
+        mask = PATTERNS[:B, :T] if (B, T) == (5, 11) else (torch.rand(B, T, generator=g) < 0.7).long()
+    kwargs = dict(mask=mask.to(device), time_dim=1, gamma=coefs.get("gamma", 0.9))
+    if op != "discounted_returns":
+        kwargs["lmbda"] = coefs.get("lmbda", 0.8)
+    if bootstrap:
+        kwargs["bootstrap_value"] = torch.randn(B, generator=g).to(value_dtype or dtype).to(device)
+    if terminated:
+        kwargs["terminated"] = (torch.rand(B, T, generator=g) < 0.2).to(device)
+    args = (r.to(device),) if op == "discounted_returns" else (r.to(device), v.to(device))
+    return args, kwargs
+
+
+def _outputs(x):
+    return tuple(x) if isinstance(x, tuple) else (x,)
+
+
+def _check(op, args, kwargs, atol=1e-5, **options):
+    got = _outputs(getattr(rlscan, op)(*args, **kwargs, **options))
+    want = _outputs(getattr(reference, op)(*args, **kwargs))
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        # float32 rounding grows with the sum: tolerate it relative to the largest magnitude
+        torch.testing.assert_close(g.cpu().double(), w, rtol=1e-5, atol=atol * max(1.0, float(w.abs().max())))
+    return got
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("terminated", [False, True])
+def test_patterns_match_reference(path, op, terminated):
+    args, kwargs = _problem(op, terminated=terminated, device=path.device, seed=int(terminated))
+    _check(op, args, kwargs)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_skipped_steps_pass_through(op):
+    """A skipped step outputs what the next kept step carries; rows with nothing kept carry the
+    bootstrap (0 for GAE's advantages)."""
+    args, kwargs = _problem(op, bootstrap=True)
+    out = _outputs(getattr(rlscan, op)(*args, **kwargs))[0]
+    m = kwargs["mask"]
+    boot = kwargs["bootstrap_value"]
+    after_end = torch.zeros_like(boot) if op == "gae" else boot
+    assert bool(m[1, 5]) and not bool(m[1, 2:5].any())
+    torch.testing.assert_close(out[2], after_end[2].expand(T))  # nothing kept
+    torch.testing.assert_close(out[0, 7:], after_end[0].expand(4))  # padding after EOS
+    torch.testing.assert_close(out[1, 2:5], out[1, 5].expand(3))  # an observation span
+
+
+def test_verl_loop_bit_for_bit(path):
+    """float32: the CPU loop and the exact kernel are verl's loop bit for bit (before whitening)."""
+    g = torch.Generator().manual_seed(4)
+    r, v = torch.randn(5, T, generator=g), torch.randn(5, T, generator=g)
+    m = PATTERNS
+    A, R = rlscan.gae(r.to(path.device), v.to(path.device), mask=m.to(path.device), gamma=0.99, lmbda=0.95,
+                      time_dim=1, exact=True)
+    with torch.no_grad():
+        next_value, next_adv, steps = 0, 0, []
+        for t in reversed(range(T)):
+            adv = r[:, t] + 0.99 * next_value - v[:, t] + 0.99 * 0.95 * next_adv
+            next_value = v[:, t] * m[:, t] + (1 - m[:, t]) * next_value
+            next_adv = adv * m[:, t] + (1 - m[:, t]) * next_adv
+            steps.append(next_adv)
+    want = torch.stack(steps[::-1], 1)
+    assert torch.equal(A.cpu(), want)
+    assert torch.equal(R.cpu(), want + v)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_one_step_rows(path, op):
+    for m in (torch.ones(3, 1, dtype=torch.long), torch.tensor([[1], [0], [1]])):
+        args, kwargs = _problem(op, B=3, T=1, mask=m, device=path.device)
+        _check(op, args, kwargs)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_gamma_lambda_one(path, op):
+    """verl's defaults: γ = λ = 1 (GAE's advantages are then the returns-to-go minus the value)."""
+    args, kwargs = _problem(op, gamma=1.0, lmbda=1.0, device=path.device, bootstrap=False)
+    _check(op, args, kwargs)
+
+
+@pytest.mark.parametrize("op", ["gae", "td_lambda"])
+def test_bfloat16_values(path, op):
+    """bf16 values (float32 rewards) against float64 truth on the same values: float32 accuracy."""
+    args, kwargs = _problem(op, value_dtype=torch.bfloat16, device=path.device)
+    got = _check(op, args, kwargs)
+    assert all(g.dtype == torch.float32 for g in got)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float32, torch.bfloat16])
+def test_mask_dtypes(dtype):
+    args, kwargs = _problem("gae")
+    kwargs["mask"] = kwargs["mask"].to(dtype)
+    _check("gae", args, kwargs)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_long_responses_cpu(op):
+    """32,768 tokens, with EOS padding and observation spans, on the CPU path."""
+    L = 32768
+    g = torch.Generator().manual_seed(7)
+    m = torch.ones(2, L, dtype=torch.long)
+    m[0, 30000:] = 0
+    for start in range(1000, 28000, 3000):
+        m[1, start:start + 400] = 0
+    args, kwargs = _problem(op, B=2, T=L, mask=m, gamma=0.999, lmbda=0.95)
+    with rlscan.use_backend("cpu"):
+        _check(op, args, kwargs, atol=1e-4)
+
+
+# every kind for GAE's one pass (two lanes per environment); for its two scans (λ < 0.5: the
+# next kept values, then GAE) and the other ops, whose scans are the same, one kind of each family
+FAMILIES = ("scan-chunks", "block-chunks", "chained-stripe-words", "chained-scan-words")
+KINDS = [("gae", 0.8, config) for config in KERNEL_CONFIGS] + [
+    (op, 0.3, config) for op in ("gae", "td_lambda", "discounted_returns") for config in FAMILIES]
+
+
+@pytest.mark.parametrize("op, lmbda, config", KINDS)
+def test_kernel_kinds(triton_path_only, op, lmbda, config, monkeypatch):
+    from rlscan.ops.gae import one_pass
+
+    ran = []
+    run = one_pass._run
+    monkeypatch.setattr(one_pass, "_run", lambda *a: ran.append(run(*a)) or ran[-1])
+    args, kwargs = _problem(op, B=3, T=T, seed=len(config), device=triton_path_only, terminated=True,
+                            mask=PATTERNS[[0, 1, 4]], lmbda=lmbda)
+    with forced_config(**KERNEL_CONFIGS[config]):
+        _check(op, args, kwargs)
+    assert (len(ran) == 1 and ran[0] is not None) == (op == "gae" and lmbda >= one_pass.LAMBDA_MIN)
+
+
+@pytest.mark.parametrize("lmbda", [1.0, 0.95, 0.5])
+def test_one_pass_whitened(triton_path_only, lmbda):
+    """GAE's one pass gathers the whitening's sums: the result is masked_whiten's, and the
+    float64 reference's, for large values and λ down to the one pass's limit."""
+    args, kwargs = _problem("gae", B=5, T=T, device=triton_path_only, lmbda=lmbda, gamma=0.99,
+                            value_dtype=torch.bfloat16)
+    args = (args[0], (args[1].float() * 4 + 20).to(torch.bfloat16))
+    adv, ret = rlscan.gae(*args, **kwargs, whiten=True)
+    want_adv, want_ret = reference.gae(*args, **kwargs)
+    torch.testing.assert_close(ret.cpu().double(), want_ret, rtol=1e-5, atol=1e-5 * float(want_ret.abs().max()))
+    want = verl_loops.masked_whiten(want_adv, kwargs["mask"].cpu())
+    torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
+    two_scans, _ = rlscan.gae(*args, **kwargs, whiten=True, exact=True)
+    torch.testing.assert_close(adv, two_scans, rtol=1e-4, atol=1e-4)
+
+
+def test_one_pass_failure_falls_back(triton_path_only, monkeypatch):
+    from rlscan.ops.gae import one_pass
+
+    def broken(*args):
+        raise RuntimeError("a compiler failure")
+
+    monkeypatch.setattr(one_pass, "_run", broken)
+    monkeypatch.setattr(one_pass, "_failed", [])
+    args, kwargs = _problem("gae", device=triton_path_only)
+    with pytest.warns(UserWarning, match="running two scans"):
+        _check("gae", args, kwargs)
+    _check("gae", args, kwargs)  # warned once; the two scans from now on
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_time_first_layout(path, op):
+    args, kwargs = _problem(op, device=path.device)
+    args = tuple(a.t() for a in args)  # [T, B] views of [B, T] storage
+    kwargs = dict(kwargs, mask=kwargs["mask"].t().contiguous(), time_dim=0)
+    _check(op, args, kwargs)
+    if op == "gae":
+        adv, _ = rlscan.gae(*args, **kwargs, whiten=True)
+        want = verl_loops.masked_whiten(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
+        torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_other_layouts_numpy_and_out(path):
+    """Two batch groups ([B1, T, B2], the two scans), numpy in and out, and out= (the two scans)."""
+    g = torch.Generator().manual_seed(9)
+    r, v = torch.randn(2, T, 3, generator=g), torch.randn(2, T, 3, generator=g)
+    m = (torch.rand(2, T, 3, generator=g) < 0.6).to(path.device)
+    kwargs = dict(mask=m, time_dim=1, gamma=0.9, lmbda=0.8)
+    _check("gae", (r.to(path.device), v.to(path.device)), kwargs)
+    if path.device.type == "cpu":
+        got = rlscan.gae(r.numpy(), v.numpy(), **kwargs)
+        want = reference.gae(r, v, **kwargs)
+        assert all(isinstance(x, np.ndarray) for x in got)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
+    out = (torch.empty(2, T, 3, device=path.device), torch.empty(2, T, 3, device=path.device))
+    result = rlscan.gae(r.to(path.device), v.to(path.device), **kwargs, whiten=True, out=out)
+    assert result[0] is out[0] and result[1] is out[1]
+    want_adv, want_ret = reference.gae(r, v, **kwargs)
+    torch.testing.assert_close(out[1].cpu().double(), want_ret, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[0].cpu().double(), verl_loops.masked_whiten(want_adv, m.cpu()), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_gradients(op):
+    """float64 gradients of the differentiable form against finite differences (CPU path)."""
+    args, kwargs = _problem(op, B=2, T=6, dtype=torch.float64, terminated=True, mask=PATTERNS[[1, 4], :6])
+    leaves = [a.clone().requires_grad_() for a in args] + [kwargs["bootstrap_value"].clone().requires_grad_()]
+
+    def f(*xs):
+        return getattr(rlscan, op)(*xs[:-1], **dict(kwargs, bootstrap_value=xs[-1]))
+
+    with rlscan.use_backend("cpu"):
+        assert torch.autograd.gradcheck(f, tuple(leaves))
+
+
+def test_gradients_triton_path_match_cpu(triton_path_only):
+    args, kwargs = _problem("gae", B=2, T=6, mask=PATTERNS[[1, 4], :6])
+    grads = []
+    for backend in ("cpu", "triton"):
+        leaves = [a.clone().requires_grad_() for a in args]
+        with rlscan.use_backend(backend):
+            A, R = rlscan.gae(*leaves, **kwargs)
+        (A * torch.arange(6.0) + R).sum().backward()
+        grads.append([x.grad for x in leaves])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_compiled(path, op):
+    torch._dynamo.reset()
+    args, kwargs = _problem(op, device=path.device)
+    fn = getattr(rlscan, op)
+    compiled = torch.compile(lambda *a: fn(*a, **kwargs), fullgraph=True, backend="eager")
+    # compiled, GAE runs its two scans (custom ops); eager, its one pass: float32 rounding apart
+    for got, want in zip(_outputs(compiled(*args)), _outputs(fn(*args, **kwargs))):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+def test_compiled_whitened(path):
+    """GAE with whiten=True inside torch.compile: the masked ops' custom ops, then the whitening
+    as torch operations, with no graph break."""
+    torch._dynamo.reset()
+    args, kwargs = _problem("gae", device=path.device)
+    compiled = torch.compile(lambda *a: rlscan.gae(*a, **kwargs, whiten=True), fullgraph=True, backend="eager")
+    for got, want in zip(compiled(*args), rlscan.gae(*args, **kwargs, whiten=True)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+def test_masked_whiten_matches_float64(path):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 300, generator=g) * 3 + 2
+    m = (torch.rand(5, 300, generator=g) < 0.6).long()
+    m[2] = 0
+    keep = m != 0
+    xd = x.double()
+    mean = xd[keep].mean()
+    var = ((xd[keep] - mean) ** 2).sum() / (keep.sum() - 1)
+    want = (xd - mean) / torch.sqrt(var + 1e-8)
+    for mask in (m, m.bool(), m.float()):
+        got = rlscan.masked_whiten(x.to(path.device), mask.to(path.device))
+        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+    got = rlscan.masked_whiten(x.to(path.device), m.to(path.device), shift_mean=False)
+    torch.testing.assert_close(got.cpu().double(), want + mean, rtol=1e-5, atol=1e-5)
+    # the loop module's whitening (used against verl's numbers) agrees too
+    torch.testing.assert_close(verl_loops.masked_whiten(xd, m), want)
+
+
+def test_masked_whiten_errors():
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match="at least two"):
+        rlscan.masked_whiten(x, torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="at least two"):
+        rlscan.masked_whiten(x, torch.eye(3, 4)[:1].expand(3, 4) * torch.tensor([[1], [0], [0]]))
+    with pytest.raises(ValueError, match="shape"):
+        rlscan.masked_whiten(x, torch.ones(3, 5))
+    with pytest.raises(ValueError, match="0 and 1"):
+        rlscan.masked_whiten(x, torch.full((3, 4), 0.5))
+    with pytest.raises(TypeError, match="floating"):
+        rlscan.masked_whiten(torch.ones(3, 4, dtype=torch.long), torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_bad_input(op):
+    args, kwargs = _problem(op)
+    fn = getattr(rlscan, op)
+    with pytest.raises(ValueError, match="mask must have the shape"):
+        fn(*args, **dict(kwargs, mask=kwargs["mask"][:, :-1]))
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        fn(*args, **dict(kwargs, mask=kwargs["mask"] * 0.5))
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        fn(*args, **dict(kwargs, mask=kwargs["mask"] * 2))
+    with pytest.raises(TypeError, match="mask must be"):
+        fn(*args, **dict(kwargs, mask=kwargs["mask"].to(torch.complex64)))
+    with pytest.raises(TypeError, match="rewards must be a floating"):
+        fn(args[0].long(), *args[1:], **kwargs)
+    boot = kwargs.pop("bootstrap_value")
+    with pytest.raises(ValueError, match="mask and next_values"):
+        fn(*args, **kwargs, next_values=args[0])
+    with pytest.raises(ValueError, match="truncated"):
+        fn(*args, **kwargs, truncated=torch.zeros_like(args[0]), bootstrap_value=boot)
+    if op == "gae":
+        with pytest.raises(ValueError, match="whiten=True needs mask"):
+            fn(*args, **dict(kwargs, mask=None), bootstrap_value=boot, whiten=True)
+        with pytest.raises(TypeError, match="whiten must be a bool"):
+            fn(*args, **kwargs, whiten=1)
