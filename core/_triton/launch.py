@@ -530,14 +530,20 @@ def cached_plan(signature) -> Optional[LaunchPlan]:
 
 def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
              init_of=None, init_strides=(0, 0, 0), signature=None) -> LaunchPlan:
-    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on
-    a ``[T, B]`` grid. ``signature``, when given, identifies everything the plan depends on
-    (the caller includes shapes, strides, dtypes and pointer alignment); the plan is cached
-    under it."""
+    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``, or
+    with a fourth entry that builds the plan instead, outside ``exact``) on a ``[T, B]``
+    grid. ``signature``, when given, identifies everything the plan depends on (the caller
+    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it."""
     device = next(o for o in outs if o is not None).device
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
-    plan = LaunchPlan(spec, layout, ins, in_strides, outs, out_strides, init_strides, compute_dtype=compute_dtype,
-                      time_contiguous=time_contiguous, exact=exact, device=device, wide=wide, init_of=init_of)
+    if len(spec) == 4 and not exact:
+        # a fourth entry builds a plan of its own: a prologue kernel first (retrace_from_q's tables)
+        plan = spec[3](layout, ins, in_strides, outs, out_strides, compute_dtype=compute_dtype,
+                       time_contiguous=time_contiguous, device=device, wide=wide, init_strides=init_strides)
+    else:
+        plan = LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
+                          compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
+                          wide=wide, init_of=init_of)
     if signature is not None:
         if len(_PLANS) >= 4096:
             _PLANS.clear()
