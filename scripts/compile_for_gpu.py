@@ -136,6 +136,7 @@ SETTINGS = [
     ("chained scan", dict(kind="chained_scan", block_t=64, block_b=4, num_warps=2, lookback=4)),
     ("block by shuffles", dict(kind="block", stripes=2, steps=4, block_b=8, num_warps=1, step_scan="shuffles")),
     ("stripe pipelined", dict(kind="stripe", stripes=1, steps=1, block_b=32, num_warps=1, stages=4, n_chunks=3)),
+    ("scan row tiles", dict(kind="scan", block_t=1024, block_b=1, num_warps=8)),
 ]
 
 
@@ -162,6 +163,10 @@ def main():
         L._reach = lambda x: 2**31
     L.LaunchPlan._first_launch = lambda self, phase, args: compile_only(
         self.fn, self.grid[:2], args, dict(self.constexprs, PHASE=phase, **self.options))
+    from rlscan.ops.retrace import table
+
+    table.TablePlan._launch = lambda self, args: compile_only(  # retrace_from_q's prologue
+        table.table_prologue_kernel, self.grid[:1], args, dict(self.constexprs, num_warps=4))
     import rlscan._backend as backend
 
     backend.path_for = lambda device_type, what="": "triton"

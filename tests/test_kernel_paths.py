@@ -167,6 +167,21 @@ def test_gpu_heuristic_by_shape():
     (shorter,) = _gpu_configs(2**18, 1, False, 132, series=5)  # as fast as one pass there (run 49)
     assert (shorter.kind, shorter.block_t, shorter.n_chunks > 1) == ("scan", 512, True)
     assert _gpu_config(2048, 4096, True, 132).block_t == 256
+    for N, T in ((132, 1024), (512, 2048), (527, 4096)):  # [N, T], rows too few for 4-row tiles: one per program
+        (row,) = _gpu_configs(T, N, True, 132, series=5)
+        assert (row.kind, row.block_b, row.num_warps, row.block_t, row.n_chunks) == ("scan", 1, 8, 1024, 1)
+        assert _gpu_configs(T, N, True, 132, series=6)[0].block_b == 4  # heavier kernels keep 4-row tiles
+    for N, T in ((528, 2048), (131, 2048), (512, 512), (512, 8192)):
+        assert _gpu_configs(T, N, True, 132, series=5)[0].block_b == 4
+    for N, T in ((512, 1024), (4095, 2048)):  # [T, N], mid-size batches, light kernels: one pass
+        words, flags = _gpu_configs(T, N, False, 132, series=5)
+        assert (words.kind, words.block_b, words.steps, words.link, words.n_chunks) == ("chained", 64, 32, "words",
+                                                                                        T // 32)
+        assert (flags.kind, flags.block_b, flags.steps, flags.lookback, flags.link) == ("chained", 128, 16, 4, "flags")
+        for other in (_gpu_configs(T, N, False, 132, series=6), _gpu_configs(T, N, False, 132, series=5,
+                                                                             deterministic=True)):
+            assert other[0].kind == "scan"
+    assert _gpu_configs(512, 512, False, 132, series=5)[0].kind == "scan"
 
 
 def test_deterministic_algorithms_key_the_launch_plans():

@@ -212,6 +212,12 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         # Retrace (run 24); this ran 1.01-1.05x as fast as the sequential kernel for the six
         # backward-time ops (run 35). Forward in time the tiles were 1.2-1.3x faster than it
         cfg = Config("stripe", 1, 1)
+    elif time_contiguous and n_sm <= B < 4 * n_sm and 1024 <= T <= 4096 and 0 < series <= 5:
+        # rows enough for one per program to fill the GPU, too few for 4-row tiles: one row per
+        # 8-warp program in 1024-step tiles, one launch, instead of 4-row tiles split in time: the
+        # five light ops 1.7-1.9x faster at 512 x 2048 (V-trace 1.05x slower: heavier kernels keep
+        # the tiles; scripts/h200_seed.py record)
+        return (_with_chunks(Config("scan", 1, 8, block_t=1024), T, 1),)
     elif time_contiguous or B == 1:
         cfg = Config("scan", min(4, _pow2(B)), 4, block_t=min(256, _pow2(T)))
     elif 8 <= T <= 16 and B < 16384:
@@ -236,6 +242,14 @@ def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool
         # scripts/h200_settings.py words_few); run 28's were 1.18-1.54x faster than run 19's
         # 512-step blocks held in registers (one 8-warp program per SM)
         return (_with_chunks(Config("chained_stripe", 16, 4, stripes=16, steps=16, lookback=2, link="words"), T, 1),)
+    elif 512 <= B < 4096 and T >= 1024 and 0 < series <= 5 and not deterministic:
+        # mid-size batches, light kernels: the one-pass blocks of the rule below (64 environments,
+        # 32 steps, words), then 128 x 16 with flags: GAE 1.72x faster than 16-wide tiles split
+        # in time at 512 x 2048 (V-trace 1.25x slower there: heavier kernels keep the tiles;
+        # scripts/h200_seed.py record)
+        chained = Config("chained", 64, 1, stripes=1, steps=32, lookback=1, link="words")
+        return (_with_chunks(chained, T, 1), _with_chunks(chained._replace(block_b=128, steps=16, lookback=4,
+                                                                           link="flags"), T, 1))
     elif B >= 4096 and T >= 512 and not deterministic:
         # chained_kernel (one pass), one warp of 128 environments, 16 steps in each thread and a
         # look-back of 4 blocks per round trip: 1.06-1.41x faster than 8 steps at 4096 x 2048 and
@@ -530,14 +544,20 @@ def cached_plan(signature) -> Optional[LaunchPlan]:
 
 def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
              init_of=None, init_strides=(0, 0, 0), signature=None) -> LaunchPlan:
-    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on
-    a ``[T, B]`` grid. ``signature``, when given, identifies everything the plan depends on
-    (the caller includes shapes, strides, dtypes and pointer alignment); the plan is cached
-    under it."""
+    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``, or
+    with a fourth entry that builds the plan instead, outside ``exact``) on a ``[T, B]``
+    grid. ``signature``, when given, identifies everything the plan depends on (the caller
+    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it."""
     device = next(o for o in outs if o is not None).device
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
-    plan = LaunchPlan(spec, layout, ins, in_strides, outs, out_strides, init_strides, compute_dtype=compute_dtype,
-                      time_contiguous=time_contiguous, exact=exact, device=device, wide=wide, init_of=init_of)
+    if len(spec) == 4 and not exact:
+        # a fourth entry builds a plan of its own: a prologue kernel first (retrace_from_q's tables)
+        plan = spec[3](layout, ins, in_strides, outs, out_strides, compute_dtype=compute_dtype,
+                       time_contiguous=time_contiguous, device=device, wide=wide, init_strides=init_strides)
+    else:
+        plan = LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
+                          compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
+                          wide=wide, init_of=init_of)
     if signature is not None:
         if len(_PLANS) >= 4096:
             _PLANS.clear()

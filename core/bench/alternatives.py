@@ -118,6 +118,25 @@ def _sb3(case: Case, dtype) -> Runner:
     return Runner(lambda d: est.prepare(d["rewards"], d["values"], d["bootstrap_value"], d["terminated"]), est)
 
 
+def _whole_row(case: Case, dtype) -> Runner:
+    """The seed's design (:mod:`.whole_row`) on ``[N, T]`` rows: inputs stored ``[T, N]`` are
+    made time-contiguous in ``prepare``, outside the timed call."""
+    from . import whole_row
+
+    def prepare(d):
+        rows = {k: (x.t().contiguous() if x.dim() == 2 else x) for k, x in d.items()}
+        if rows["rewards"].dtype != torch.float32:
+            raise ValueError("the whole-row stand-in computes float32 inputs only")
+        return rows
+
+    def run(d):
+        outs = whole_row.run(case.name, d["rewards"], d["terminated"], d["bootstrap_value"], d.get("values"),
+                             **case.params)
+        return tuple(o.t() for o in outs)
+
+    return Runner(prepare, run)
+
+
 RLSCAN = Impl("rlscan", "rlscan", "rlscan (fused Triton scan on the GPU; compiled numba loop on the CPU)", _rlscan,
               jit=True)
 
@@ -126,6 +145,9 @@ ALTERNATIVES = (
          "(the PufferLib pattern)", _exact, cuda_only=True, sequential=True, probe_T=4096, jit=True),
     Impl("compile", "compile scan", "torch.compile of a log-depth doubling (Hillis-Steele) scan on the "
          "(alpha, beta) pairs", _compiled, cuda_only=True, compiles=True, jit=True),
+    Impl("whole_row", "whole row", "the seed library's design as a plain Triton kernel: one program per "
+         "[N, T] row, the row in registers, one associative scan, warps scaled with T (float32, T <= 65536)",
+         _whole_row, cuda_only=True, ops=("gae", "discounted_returns"), jit=True),
     Impl("loop_torch", "loop (torch)", "Python loop over time with torch ops on the device (CleanRL/SB3 pattern; "
          "half-precision inputs computed in float32)",
          _loop_torch, sequential=True, launches_per_step=True),

@@ -78,6 +78,9 @@ def _step_stats(Q, sq, P, sp, ACT, s_act, MU, s_mu, t, tile, T, ACC: tl.constexp
 
 @triton.jit
 def table_coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    """:func:`trace_coeffs` from the action tables, read at ``t`` and at ``t + 1``: for the
+    ``exact`` kernel (otherwise a prologue reads the tables once and the plain kernel runs:
+    ``table.py``)."""
     R, Q, P, ACT, MU, NE, BOOT, TERM, TRUNC, GAMMA, LMBDA = ins
     r = load(R, s[0], tile, ACC)
     q, e, log_rho = _step_stats(Q, s[1], P, s[2], ACT, s[3], MU, s[4], tile[0], tile, T, ACC)

@@ -28,9 +28,9 @@ def _kernel():
 
 
 def _table_kernel():
-    from . import kernel
+    from . import kernel, table
 
-    return kernel.table_coeffs, kernel.emit, True
+    return kernel.table_coeffs, kernel.emit, True, table.plan
 
 
 def _cpu(*args):
@@ -235,9 +235,10 @@ def retrace_from_q(
     out_dtype=None,
     out=None,
 ) -> RetraceOutput:
-    """Retrace(λ) from the full action-value table, fused: for each step the kernel reads
-    ``Q(s_t, ·)`` and ``π(·|s_t)`` and reduces over actions in blocks (so registers do not
-    grow with the number of actions or with ``T``)::
+    """Retrace(λ) from the full action-value table. On the GPU a first kernel reads
+    ``Q(s_t, ·)`` and ``π(·|s_t)`` once, in memory order, into three scratch series of
+    ``rewards``' shape in the compute dtype, then the Retrace scan runs on them (with
+    ``exact=True``, one fused kernel reduces over actions in blocks at each step)::
 
         q_t = Q[t, a_t],   E_t = Σ_a π[t, a] Q[t, a],   log ρ_t = log π[t, a_t] − log μ_t
 

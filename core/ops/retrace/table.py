@@ -1,0 +1,163 @@
+"""``retrace_from_q`` on the GPU in two kernels: a prologue reads the action tables once, in
+memory order, and writes the per-step series of :func:`rlscan.retrace`::
+
+    q_t = Q[t, a_t],   E_t = Σ_a π[t, a] Q[t, a],   log ρ_t = log π[t, a_t] − log μ_t
+
+then the plain Retrace scan runs on them. At 4096 x 2048 with 4 actions this ran 1.9x
+faster than reducing the tables inside the scan's tiles, as fast at 4096 x 128
+(scripts/h200_seed.py, docs/benchmarks.md, issue #18); the exact path keeps the fused kernel.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+ELEMENTS = 2048  # positions x actions per prologue program (4 warps, 16 per thread per table)
+MAX_BLOCK_A = 64  # actions per load; more are read in a loop
+
+
+@triton.jit
+def table_prologue_kernel(Q, sq, P, sp, ACT, s_act, MU, s_mu, QT, E, LR, s_out, T, B, B_lo,
+                          ACC: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_A: tl.constexpr, TIME_FAST: tl.constexpr,
+                          TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+    """``BLOCK_P`` positions of the ``[T, B]`` grid, taken in memory order (time fastest for
+    inputs contiguous along time), each with its row of actions: ``q``, ``E`` and ``log ρ``
+    (NaN ``q`` for an action outside ``[0, A)``)."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    if WIDE:
+        p = tl.program_id(0).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
+    if WIDE:
+        m = p < T.to(tl.int64) * B
+    else:
+        m = p < T * B
+    if TIME_FAST:
+        t = p % T
+        b = p // T
+    else:
+        t = p // B
+        b = p % B
+    if TWO_LEVEL:
+        b_hi = b // B_lo
+        b_lo = b % B_lo
+    else:
+        b_hi = b * 0
+        b_lo = b
+    n_actions = sq[4]
+    a = tl.load(ACT + t * s_act[0] + b_hi * s_act[1] + b_lo * s_act[2], mask=m, other=0)
+    mu = tl.load(MU + t * s_mu[0] + b_hi * s_mu[1] + b_lo * s_mu[2], mask=m, other=0).to(ACC)
+    valid = (a >= 0) & (a < n_actions)
+    q_row = (t * sq[0] + b_hi * sq[1] + b_lo * sq[2])[:, None]
+    p_row = (t * sp[0] + b_hi * sp[1] + b_lo * sp[2])[:, None]
+    e = tl.zeros([BLOCK_P], ACC)
+    q = tl.zeros([BLOCK_P], ACC)
+    p_taken = tl.zeros([BLOCK_P], ACC)
+    for a0 in range(0, n_actions, BLOCK_A):
+        k = a0 + tl.arange(0, BLOCK_A)[None, :]
+        mk = m[:, None] & (k < n_actions)
+        qk = tl.load(Q + q_row + k * sq[3], mask=mk, other=0).to(ACC)
+        pk = tl.load(P + p_row + k * sp[3], mask=mk, other=0).to(ACC)
+        hit = k == a[:, None]
+        e += tl.sum(qk * pk, axis=1)
+        q += tl.sum(tl.where(hit, qk, 0), axis=1)
+        p_taken += tl.sum(tl.where(hit, pk, 0), axis=1)
+    zero = q * 0
+    q = tl.where(valid, q, zero / zero)
+    p_taken = tl.where(valid, p_taken, 1)
+    off = t * s_out[0] + b_hi * s_out[1] + b_lo * s_out[2]
+    tl.store(QT + off, q, mask=m)
+    tl.store(E + off, e, mask=m)
+    tl.store(LR + off, tl.log(p_taken) - mu, mask=m)
+
+
+class TablePlan:
+    """The launch plan of ``retrace_from_q``'s two kernels for one signature: the prologue
+    (:func:`table_prologue_kernel`) into three scratch series laid out like the first output,
+    then the plain Retrace plan (``inner``) on them."""
+
+    def __init__(self, layout, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide,
+                 inner_plan):
+        n_actions = in_strides[1][4]
+        self.block_a = min(MAX_BLOCK_A, triton.next_power_of_2(n_actions))
+        self.block_p = max(16, ELEMENTS // self.block_a)
+        self.layout, self.in_strides, self.out_strides = layout, in_strides, out_strides
+        self.compute_dtype, self.device = compute_dtype, device
+        self.grid = (math.ceil(layout.T * layout.B / self.block_p), 1, 1)
+        from ..._triton.launch import _acc_dtype
+
+        self.constexprs = dict(ACC=_acc_dtype(compute_dtype), BLOCK_P=self.block_p, BLOCK_A=self.block_a,
+                               TIME_FAST=bool(time_contiguous), TWO_LEVEL=layout.two_level,
+                               WIDE=wide or layout.T * layout.B >= 2**31)
+        self.inner = inner_plan
+        self.compiled = None
+
+    @property
+    def cfg(self):
+        return self.inner.cfg
+
+    def scratch(self, like: torch.Tensor) -> torch.Tensor:
+        return torch.empty_strided(like.shape, like.stride(), dtype=self.compute_dtype, device=like.device)
+
+    def __call__(self, ins, outs, scalars) -> None:
+        r, q_values, probs, actions, mu, ne, boot, term, trunc, g, lam = ins
+        like = next(o for o in outs if o is not None)
+        q, e, log_rho = self.scratch(like), self.scratch(like), self.scratch(like)
+        s = self.in_strides
+        args = (q_values, s[1], probs, s[2], actions, s[3], mu, s[4], q, e, log_rho, self.out_strides,
+                self.layout.T, self.layout.B, self.layout.B_lo)
+        self._launch(args)
+        self.inner((r, q, e, log_rho, ne, boot, term, trunc, g, lam), outs, scalars)
+
+    def _launch(self, args) -> None:
+        """Through Triton's ``JITFunction`` the first time and whenever launch hooks are set
+        (it calls them); otherwise the compiled kernel's launcher directly, as ``LaunchPlan`` does."""
+        from ..._triton import launch
+
+        hooked = self.compiled is None or _hooks() != [None, None]
+        if not hooked:
+            run, function, packed, constexpr_values = self.compiled
+            stream = launch._raw_stream(self.device.index)
+            run(self.grid[0], 1, 1, stream, function, packed, None, None, None, *(args + constexpr_values))
+            return
+        kernel = table_prologue_kernel[self.grid[:1]](*args, **self.constexprs, num_warps=4)
+        if self.compiled is not None or launch.interpreting() or not launch.LaunchPlan.direct:
+            return
+        try:
+            launch._load_launch_internals()
+            names = list(table_prologue_kernel.arg_names)
+            constexpr_values = tuple(self.constexprs[n] for n in names[len(args):])
+            self.compiled = (kernel.run, kernel.function, kernel.packed_metadata, constexpr_values)
+        except Exception:  # noqa: BLE001 - keep Triton's own launch path
+            self.compiled = None
+
+
+def _hooks():
+    """Triton's launch hooks, ``None`` where unset or empty."""
+    from triton import knobs
+
+    out = []
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        chain = getattr(knobs, "HookChain", None)
+        if hook is not None and chain is not None and type(hook) is chain and not hook.calls:
+            hook = None
+        out.append(hook)
+    return out
+
+
+def plan(layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide, init_strides):
+    """The two-kernel plan (:class:`TablePlan`); its inner plan is plain Retrace's, on scratch
+    series strided like the first output."""
+    from ..._triton.launch import LaunchPlan
+    from . import kernel
+
+    r, q_values, probs, actions, mu, ne, boot, term, trunc, g, lam = ins
+    like = next(o for o in outs if o is not None)
+    s = in_strides
+    inner = LaunchPlan((kernel.coeffs, kernel.emit, True), layout, (r, like, like, like, ne, boot, term, trunc, g, lam),
+                       (s[0], out_strides, out_strides, out_strides) + tuple(s[5:]), outs, out_strides, init_strides,
+                       compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=False, device=device,
+                       wide=wide, init_of=None)
+    return TablePlan(layout, in_strides, outs, out_strides, compute_dtype=compute_dtype,
+                     time_contiguous=time_contiguous, device=device, wide=wide, inner_plan=inner)

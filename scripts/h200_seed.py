@@ -1,0 +1,257 @@
+"""Issue 18, against the seed library's design: rlscan beside the whole-row stand-in
+(rlscan.bench.whole_row), plain Retrace beside Retrace from the action tables, and launch
+settings side by side, by device time (CUDA-graph replay of 20 calls). Inputs as the issue
+times them: float32, terminations at 1% of steps as float flags (bool flags on two-launch
+256 x 4 tiles hit a Triton 3.6 compile failure, fixed separately), a bootstrap value,
+γ 0.99, λ 0.95. Every variant is checked against a float64 truth before it is timed.
+
+    python scripts/h200_seed.py quick     # run 56: Retrace from the tables, whole-row tiles
+    python scripts/h200_seed.py record --budget 120   # the table of record: every op and shape of the issue
+
+Prints a short table last; writes every row to $OUT/seed.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import triton
+
+import rlscan
+from rlscan import _fast
+from rlscan import reference
+from rlscan._triton import launch as L
+from rlscan.bench import floors, whole_row
+
+from h200_explore import timed_device, timed_full  # noqa: E402 - this folder is on sys.path
+
+DEV = torch.device("cuda")
+ISSUE_SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048), (16, 262144), (1, 1_000_000))
+OPS = ("gae", "td_lambda", "discounted_returns", "vtrace", "retrace_from_q", "eligibility_traces", "episodic_cumsum")
+DEADLINE = [math.inf]
+
+
+def problem(op, N, T, layout, A=4, seed=0):
+    """``(function name, args, kwargs)`` of one call; ``layout="nt"`` is ``[N, T]`` (time_dim=1)."""
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    shape = (N, T) if layout == "nt" else (T, N)
+    randn = lambda *s: torch.randn(*s, generator=gen, device=DEV)  # noqa: E731
+    rand = lambda *s: torch.rand(*s, generator=gen, device=DEV)  # noqa: E731
+    kw = dict(time_dim=1 if layout == "nt" else 0)
+    term = (rand(shape) < 0.01).float()
+    boot = randn(N)
+    if op in ("gae", "td_lambda"):
+        return op, (randn(shape), randn(shape)), dict(kw, bootstrap_value=boot, terminated=term, gamma=0.99,
+                                                      lmbda=0.95)
+    if op == "discounted_returns":
+        return op, (randn(shape),), dict(kw, bootstrap_value=boot, terminated=term, gamma=0.99)
+    if op == "vtrace":
+        return op, (randn(shape), randn(shape), 0.3 * randn(shape)), dict(kw, bootstrap_value=boot, terminated=term,
+                                                                          gamma=0.99)
+    if op == "retrace":
+        return op, (randn(shape), randn(shape), randn(shape), 0.3 * randn(shape)), dict(
+            kw, bootstrap_value=boot, terminated=term, gamma=0.99)
+    if op == "retrace_from_q":
+        probs = torch.softmax(randn(shape + (A,)), -1)
+        actions = torch.randint(0, A, shape, generator=gen, device=DEV)
+        log_mu = torch.log(probs.gather(-1, actions[..., None])[..., 0]) - 0.3 * randn(shape)
+        return op, (randn(shape), randn(shape + (A,)), actions, probs, log_mu), dict(
+            kw, bootstrap_value=boot, terminated=term, gamma=0.99)
+    if op in ("eligibility_traces", "episodic_cumsum"):
+        extra = dict(gamma=0.99, lmbda=0.95) if op == "eligibility_traces" else {}
+        return op, (randn(shape),), dict(kw, dones=term, initial=boot, **extra)
+    raise ValueError(op)
+
+
+def moved_bytes(args, kwargs, n_out):
+    tensors = [x for x in list(args) + list(kwargs.values()) if isinstance(x, torch.Tensor)]
+    return sum(x.numel() * x.element_size() for x in tensors) + n_out * args[0].numel() * 4
+
+
+def outputs(result):
+    return tuple(result) if isinstance(result, tuple) else (result,)
+
+
+def by_reference(args, kwargs):
+    """Whether the float64 truth comes from the reference loop (else rlscan's exact kernel)."""
+    return args[0].numel() <= 2_000_000 and args[0].shape[kwargs["time_dim"]] <= 16384
+
+
+def truth(name, args, kwargs):
+    if by_reference(args, kwargs):
+        cpu = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x  # noqa: E731
+        want = getattr(reference, name)(*map(cpu, args), **{k: cpu(v) for k, v in kwargs.items()})
+        return tuple(torch.as_tensor(w, dtype=torch.float64, device=DEV) for w in outputs(want))
+    wide = lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
+    return outputs(getattr(rlscan, name)(*map(wide, args), exact=True, **{k: wide(v) for k, v in kwargs.items()}))
+
+
+def rel_err(got, want):
+    worst = 0.0
+    for g, w in zip(got, want):
+        num = torch.linalg.vector_norm(g.double() - w).item()
+        den = torch.linalg.vector_norm(w).item()
+        e = num / den if den > 0 else num
+        worst = max(worst, e if math.isfinite(e) else math.inf)
+    return worst
+
+
+def fresh():
+    L._PLANS.clear()
+    _fast._CACHE.clear()
+
+
+def time_variant(fn, want, full=False):
+    """``(device µs, full-call µs or None, error)``; NaN times when the result is wrong."""
+    err = rel_err(outputs(fn()), want)
+    if not err < 1e-4:
+        return math.nan, math.nan, err
+    dev_us = timed_device(fn)
+    return dev_us, (timed_full(fn, n=100) if full else None), err
+
+
+def ran_settings():
+    return "; ".join(f"{c.kind} b{c.block_b} t{c.block_t} {c.stripes}x{c.steps} w{c.num_warps} c{c.n_chunks} "
+                     f"{c.link}" for c in (p.cfg for p in L._PLANS.values()))
+
+
+ROWS = []
+
+
+def emit(group, shape, label, dev_us, floor_us, err, full_us=None, ran=""):
+    ROWS.append(dict(group=group, shape=shape, label=label, device_us=dev_us, full_us=full_us, floor_us=floor_us,
+                     err=err, ran=ran))
+    extra = f" full {full_us:8.1f}" if full_us is not None else ""
+    print(f"  {label:30s} {dev_us:9.1f} us {dev_us / floor_us:5.2f}x floor{extra}  err {err:.1e} {ran}", flush=True)
+
+
+def run_variants(group, op, N, T, layout, variants, A=4, full=False, stand_in=False):
+    """Each variant: ``label -> forced settings (None: the heuristic)``."""
+    if time.monotonic() > DEADLINE[0]:
+        print(f"# {op} {layout} {N}x{T}: skipped (out of time)", flush=True)
+        return
+    name, args, kwargs = problem(op, N, T, layout, A)
+    want = truth(name, args, kwargs)
+    floor_us = moved_bytes(args, kwargs, len(want)) / BW[0] * 1e6
+    shape = f"{op}{'' if op != 'retrace_from_q' else f' A={A}'} {layout} {N}x{T}"
+    print(f"# {shape} (floor {floor_us:.1f} us)", flush=True)
+    fn = lambda: getattr(rlscan, name)(*args, **kwargs)  # noqa: E731
+    for label, forced in variants.items():
+        fresh()
+        try:
+            with L.forced_config(**(forced or {})):
+                dev_us, full_us, err = time_variant(fn, want, full and not forced)
+                ran = ran_settings() if not forced else ""
+        except Exception as exc:  # noqa: BLE001 - a setting the compiler refuses is a result too
+            print(f"  {label:30s} failed: {repr(exc)[:300]}", flush=True)
+            continue
+        emit(group, shape, label, dev_us, floor_us, err, full_us, ran)
+    if op == "retrace_from_q":  # plain Retrace on the same steps: the kernel the target adds the tables to
+        q = args[1].gather(-1, args[2][..., None])[..., 0]
+        e = (args[1] * args[3]).sum(-1)
+        lr = torch.log(args[3].gather(-1, args[2][..., None])[..., 0]) - args[4]
+        plain = (args[0], q, e, lr)
+        fresh()
+        p_fn = lambda: rlscan.retrace(*plain, **kwargs)  # noqa: E731
+        p_want = truth("retrace", plain, kwargs)
+        dev_us, full_us, err = time_variant(p_fn, p_want, full)
+        tables_us = 2 * args[1].numel() * 4 / BW[0] * 1e6
+        emit(group, shape, f"plain retrace (+tables {tables_us:.1f})", dev_us, floor_us, err, full_us)
+        ROWS[-1]["tables_us"] = tables_us
+    if stand_in and op in ("gae", "discounted_returns") and layout == "nt" and T <= whole_row.MAX_T:
+        r = args[0]
+        v = args[1] if op == "gae" else None
+        s_fn = lambda: whole_row.run(op, r, kwargs["terminated"], kwargs["bootstrap_value"], v, 0.99, 0.95)  # noqa
+        dev_us, full_us, err = time_variant(s_fn, want, full)
+        emit(group, shape, "whole-row stand-in", dev_us, floor_us, err, full_us)
+
+
+BW = [0.0]
+
+
+def _row_tile(T, warps=None, block_b=1):
+    block_t = min(4096, triton.next_power_of_2(T))
+    return dict(kind="scan", block_b=block_b, block_t=block_t, num_warps=warps or whole_row.warps_for(block_t),
+                n_chunks=1)
+
+
+HEURISTIC = {"heuristic": None}
+ROW_1024 = dict(kind="scan", block_b=1, block_t=1024, num_warps=8, n_chunks=1)
+OLD_MID = dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=4)  # before issue 18, at 512 x 2048
+
+
+def group_quick():
+    """Run 56: the first things to know, in one short call (the fused table kernel of then)."""
+    row = lambda T: {"heuristic": None, "row": _row_tile(T)}  # noqa: E731
+    tasks = [("quick", "retrace_from_q", N, T, "nt", HEURISTIC, 4, False, False)
+             for N, T in ((4096, 128), (512, 2048), (4096, 2048))]
+    tasks.append(("quick", "retrace_from_q", 4096, 2048, "nt", HEURISTIC, 18, False, False))
+    v = dict(row(2048), **{"b1 x1024 w8": ROW_1024})
+    tasks.append(("quick", "gae", 512, 2048, "nt", v, 4, False, True))
+    tasks.append(("quick", "vtrace", 4096, 2048, "nt", v, 4, False, False))
+    tasks.append(("quick", "vtrace", 4096, 128, "nt", dict(row(128), **{"b2 row w4": _row_tile(128, 4, 2)}),
+                  4, False, False))
+    tasks.append(("quick", "episodic_cumsum", 4096, 2048, "nt", v, 4, False, False))
+    return tasks
+
+
+def group_record():
+    """The table of record: every op at the issue's shapes, [N, T] (with the whole-row stand-in
+    and full calls), the settings before issue 18 where the heuristic changed, then [T, N],
+    then Retrace from the tables with 18 actions."""
+    tasks = []
+    nt = [(512, 2048), (4096, 2048), (4096, 128), (16384, 16)]
+    for (N, T) in nt:
+        for op in OPS:
+            v = dict(HEURISTIC, **({"before (b4 t256 c4)": OLD_MID} if (N, T) == (512, 2048) else {}))
+            tasks.append(("record", op, N, T, "nt", v, 4, True, True))
+    for (N, T) in ((512, 2048), (4096, 2048), (1024, 2048), (4096, 128)):
+        for op in OPS:
+            v = dict(HEURISTIC)
+            if (N, T) == (512, 2048) and op in ("gae", "vtrace"):  # one pass, as for N >= 4096
+                v.update({f"chained {bb}x{steps} words": dict(kind="chained", block_b=bb, num_warps=1, stripes=1,
+                                                              steps=steps, lookback=1, link="words")
+                          for bb, steps in ((64, 32), (32, 32), (32, 16))})
+            tasks.append(("record", op, N, T, "tn", v, 4, True, False))
+    for (N, T) in nt:
+        tasks.append(("record", "retrace_from_q", N, T, "nt", HEURISTIC, 18, False, False))
+    for (N, T) in ISSUE_SHAPES[4:]:
+        for op in OPS:
+            tasks.append(("record", op, N, T, "nt", HEURISTIC, 4, True, True))
+    return tasks
+
+
+GROUPS = dict(quick=group_quick, record=group_record)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("groups", nargs="+", choices=sorted(GROUPS))
+    ap.add_argument("--budget", type=float, default=math.inf, help="seconds; later shapes are skipped past it")
+    args = ap.parse_args()
+    DEADLINE[0] = time.monotonic() + args.budget
+    fl = floors.measure(DEV, quick=True)
+    BW[0] = fl.bandwidth
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"copy {fl.bandwidth / 1e12:.2f} TB/s", flush=True)
+    tasks = [t for g in args.groups for t in GROUPS[g]()]
+    for task in tasks:
+        run_variants(*task)
+    out = os.environ.get("OUT", "bench-out")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "seed.json"), "w") as f:
+        json.dump(ROWS, f, indent=1)
+    print(f"\nsummary: device us (x floor) per shape, best first")
+    for shape in dict.fromkeys(r["shape"] for r in ROWS):
+        mine = sorted((r for r in ROWS if r["shape"] == shape),
+                      key=lambda r: r["device_us"] if r["device_us"] == r["device_us"] else math.inf)
+        print(f"  {shape}: " + " | ".join(f"{r['label']} {r['device_us']:.1f}" for r in mine[:5]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
