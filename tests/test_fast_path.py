@@ -74,13 +74,9 @@ def test_value_checks_run_on_every_call():
         rlscan.retrace_from_q(r, q, actions, probs, log_mu, bootstrap_value=boot)
 
 
-def test_numpy_gradients_and_out_take_the_checked_path(path):
+def test_gradients_and_out_take_the_checked_path(path):
     _fast._CACHE.clear()
     p = make_problem("td_lambda", (6, 2), device=path.device, seed=6)
-    if path.device.type == "cpu":
-        a = np.random.default_rng(0).standard_normal((6, 2)).astype(np.float32)
-        for _ in range(2):
-            assert isinstance(rlscan.td_lambda(a, a.copy(), bootstrap_value=a[0].copy()), np.ndarray)
     r = p.args[0].clone().requires_grad_()
     for _ in range(2):
         p.replace(rewards=r).run()[0].sum().backward()
@@ -88,6 +84,34 @@ def test_numpy_gradients_and_out_take_the_checked_path(path):
     for _ in range(2):
         assert p.run(out=out)[0] is out
     assert _replayed_entries() == 0
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_numpy_calls_replay_on_the_cpu_loop(layout):
+    """numpy in, numpy out: the replay allocates numpy outputs laid out as the checked call's,
+    on new arrays, and matches the float64 reference."""
+    _fast._CACHE.clear()
+    rng = np.random.default_rng(0)
+
+    def arrays():
+        def draw(*shape):
+            a = rng.standard_normal(shape).astype(np.float32)
+            return {"contiguous": a, "transposed": a.T.copy().T, "sliced": np.repeat(a, 2, axis=1)[:, ::2]}[layout]
+        return draw(7, 3), draw(7, 3), rng.standard_normal(3).astype(np.float32), rng.random((7, 3)) < 0.3
+
+    results = []
+    for _ in range(3):
+        r, v, boot, done = arrays()
+        adv, ret = rlscan.gae(r, v, bootstrap_value=boot, terminated=done, gamma=0.9, lmbda=0.8)
+        assert isinstance(adv, np.ndarray) and isinstance(ret, np.ndarray) and adv.dtype == np.float32
+        ref = rlscan.reference.gae(*(torch.from_numpy(np.ascontiguousarray(x)).double() for x in (r, v)),
+                                   bootstrap_value=torch.from_numpy(boot).double(),
+                                   terminated=torch.from_numpy(np.ascontiguousarray(done)), gamma=0.9, lmbda=0.8)
+        np.testing.assert_allclose(adv, ref.advantages.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ret, ref.returns.numpy(), rtol=1e-5, atol=1e-5)
+        results.append(adv)
+    assert _replayed_entries() == 1
+    assert not np.shares_memory(results[1], results[2])  # each replay has fresh outputs
 
 
 def test_forced_settings_are_part_of_the_signature():
