@@ -10,13 +10,15 @@ same signature allocate the outputs and run the runner directly.
 
 A call is recorded only when its checks depend on nothing but the signature. Calls that
 check values (a tensor γ/λ or action indices on the CPU), convert arguments (broadcast
-coefficients), need gradients, write into ``out=``, are split into several launches,
+coefficients), need gradients on the CPU path, write into ``out=``, are split into several launches,
 raise, or run inside ``torch.compile`` always take the checked path. numpy arrays are
 replayed on the CPU loop only (whose views do not depend on alignment), with numpy
-outputs allocated as the checked path laid them out.
+outputs allocated as the checked path laid them out. A call that records the fused
+backward (the Triton path) is replayed through the op's autograd function.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 import threading
@@ -55,6 +57,28 @@ def record(call, tensors: tuple, scalars: tuple, outs: tuple, runner) -> None:
         log.append((call, tensors, scalars, outs, runner))
 
 
+def record_grad(call, op, tensors: tuple, scalars: tuple, exact: bool, outs: tuple) -> None:
+    """Note a checked call that recorded the fused backward (``_autograd`` calls this)."""
+    log = getattr(_local, "log", None)
+    if log is not None:
+        log.append(("grad", call, op, tensors, scalars, exact, outs))
+
+
+class _GradEntry:
+    """A recorded call that runs the op's autograd function, replayed on new arguments with
+    the same signature (the same ``requires_grad`` flags): a copy of the checked call with the
+    new anchor stands for the call that backward reads (shapes, time axis, dtypes)."""
+
+    __slots__ = ("pick", "anchor", "call", "op", "scalars", "exact", "wrap")
+
+    def __call__(self, arguments: tuple):
+        from ._autograd import with_fused_backward
+
+        call = copy.copy(self.call)
+        call.anchor = arguments[self.anchor]
+        return self.wrap(with_fused_backward(call, self.op, self.pick(arguments), self.scalars, self.exact, False))
+
+
 class _Entry:
     """A recorded call, replayed on new arguments with the same signature.
 
@@ -91,6 +115,8 @@ def _source(t, arguments: tuple, origins: dict) -> int:
 def _entry(log, arguments: tuple, result):
     if len(log) != 1:
         raise _Uncacheable
+    if log[0][0] == "grad":
+        return _grad_entry(log[0][1:], arguments, result)
     call, tensors, scalars, outs, runner = log[0]
     if runner is None or call.checked_values:
         raise _Uncacheable
@@ -113,6 +139,31 @@ def _entry(log, arguments: tuple, result):
         entry.wrap = (lambda o: o) if kind is tuple else (lambda o: kind(*o))
     else:
         raise _Uncacheable
+    return entry
+
+
+def _wrap(result, outs: tuple, same=operator.is_):
+    """How the op's function wraps the outputs ``outs`` into its ``result``."""
+    if len(outs) == 1 and same(result, outs[0]):
+        return lambda o: o[0]
+    if isinstance(result, tuple) and len(result) == len(outs) and all(same(a, b) for a, b in zip(result, outs)):
+        kind = type(result)
+        return (lambda o: o) if kind is tuple else (lambda o: kind(*o))
+    raise _Uncacheable
+
+
+def _grad_entry(recorded, arguments: tuple, result):
+    call, op, tensors, scalars, exact, outs = recorded
+    if call.checked_values or call.numpy_io:
+        raise _Uncacheable
+    entry = _GradEntry()
+    sources = [_source(t, arguments, {}) for t in tensors]
+    entry.pick = operator.itemgetter(*sources) if len(sources) > 1 else (lambda a: (a[sources[0]],))
+    entry.anchor = _source(call.anchor, arguments, {})
+    template = copy.copy(call)
+    template.anchor = template.origins = None  # hold no tensor of the first call
+    entry.call, entry.op, entry.scalars, entry.exact = template, op, tuple(scalars), exact
+    entry.wrap = _wrap(result, outs)
     return entry
 
 

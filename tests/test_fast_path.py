@@ -74,15 +74,16 @@ def test_value_checks_run_on_every_call():
         rlscan.retrace_from_q(r, q, actions, probs, log_mu, bootstrap_value=boot)
 
 
-def test_gradients_and_out_take_the_checked_path(path):
+def test_out_and_cpu_gradients_take_the_checked_path(path):
     _fast._CACHE.clear()
     p = make_problem("td_lambda", (6, 2), device=path.device, seed=6)
-    r = p.args[0].clone().requires_grad_()
-    for _ in range(2):
-        p.replace(rewards=r).run()[0].sum().backward()
     out = torch.empty_like(p.args[0])
     for _ in range(2):
         assert p.run(out=out)[0] is out
+    if path.backend == "cpu":  # the torch form's graph (the Triton path replays, see below)
+        r = p.args[0].clone().requires_grad_()
+        for _ in range(2):
+            p.replace(rewards=r).run()[0].sum().backward()
     assert _replayed_entries() == 0
 
 
@@ -150,3 +151,35 @@ def test_replay_keeps_dtype_and_layout(path, dtype, layout):
         assert_matches_reference(make_problem("td_lambda", (7, 3), device=path.device, dtype=dtype, layout=layout,
                                               seed=seed))
     assert _replayed_entries() == 1
+
+
+def test_fused_backward_calls_are_replayed(path):
+    """On the Triton path a call that records the fused backward replays its signature: the
+    replay's gradients are those of a checked call on the same data."""
+    if path.backend != "triton":
+        pytest.skip("the fused backward runs on the Triton path")
+    _fast._CACHE.clear()
+    grads = []
+    for seed in (1, 2, 2):
+        p = make_problem("gae", (6, 3), device=path.device, seed=seed)
+        r = p.args[0].clone().requires_grad_()
+        v = p.args[1].clone().requires_grad_()
+        adv, ret = rlscan.gae(r, v, **p.kwargs)
+        grads.append(torch.autograd.grad((adv * 2 + ret).sum(), (r, v)))
+    assert any(isinstance(e, _fast._GradEntry) for e in _fast._CACHE.values())
+    _fast._CACHE.clear()  # the same data through the checked path, and through the CPU's torch form
+
+    def checked():
+        p = make_problem("gae", (6, 3), device=path.device, seed=2)
+        r = p.args[0].clone().requires_grad_()
+        v = p.args[1].clone().requires_grad_()
+        adv, ret = rlscan.gae(r, v, **p.kwargs)
+        return torch.autograd.grad((adv * 2 + ret).sum(), (r, v))
+
+    for a, b in zip(grads[2], checked()):
+        assert torch.equal(a, b)
+    with rlscan.use_backend("cpu"):
+        for a, b in zip(grads[2], checked()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    for a, b in zip(grads[1], grads[2]):
+        assert torch.equal(a, b)
