@@ -74,13 +74,14 @@ def _compute_returns_and_advantage(buffer: RolloutBuffer, last_values: torch.Ten
     """
     terminated = _terminated(buffer.episode_starts, dones)
     if _gpu_for(buffer) is None:
-        # On the CPU the kernel writes straight into the buffer (returns = Â + V in float32, as SB3).
-        returns = np.empty_like(buffer.values)
-        bootstrap = torch.as_tensor(last_values).detach().reshape(-1).cpu().numpy().astype(buffer.values.dtype, copy=False)
-        rlscan.gae(
-            buffer.rewards, buffer.values, bootstrap_value=bootstrap, terminated=terminated,
-            gamma=buffer.gamma, lmbda=buffer.gae_lambda, exact=buffer.rlscan_exact, out=(buffer.advantages, returns),
+        # On the CPU: returns = Â + V in float32, as SB3. Without out= a repeat call replays its
+        # checked signature (rlscan._fast); copying into the buffer's own advantages array
+        # (filled in place) costs less than the checks that out= repeats on every call.
+        advantages, returns = rlscan.gae(
+            buffer.rewards, buffer.values, bootstrap_value=_host_values(last_values, buffer.values.dtype),
+            terminated=terminated, gamma=buffer.gamma, lmbda=buffer.gae_lambda, exact=buffer.rlscan_exact,
         )
+        buffer.advantages[...] = advantages
         buffer.returns = returns
         return
     buffer.advantages[...] = _advantages(buffer, last_values, terminated)
@@ -233,9 +234,18 @@ def disable_triton_gae(model):
 def _terminated(episode_starts: np.ndarray, dones: np.ndarray) -> np.ndarray:
     """``terminated[t] = episode_starts[t+1]`` for ``t < T-1`` and ``dones`` for ``t = T-1``."""
     terminated = np.empty(episode_starts.shape, dtype=np.bool_)
-    terminated[:-1] = episode_starts[1:] != 0
-    terminated[-1] = np.asarray(dones).reshape(-1) != 0
+    np.not_equal(episode_starts[1:], 0, out=terminated[:-1])
+    np.not_equal(np.asarray(dones).reshape(-1), 0, out=terminated[-1])
     return terminated
+
+
+def _host_values(last_values, dtype: np.dtype) -> np.ndarray:
+    """``last_values`` (a tensor of ``n_envs`` values, any shape) as a flat numpy array of ``dtype``."""
+    if type(last_values) is torch.Tensor and last_values.is_cpu and not last_values.requires_grad:
+        values = last_values.numpy().reshape(-1)
+    else:
+        values = torch.as_tensor(last_values).detach().reshape(-1).cpu().numpy()
+    return values if values.dtype == dtype else values.astype(dtype)
 
 
 def _gpu_for(buffer: RolloutBuffer) -> Optional[torch.device]:
@@ -244,7 +254,7 @@ def _gpu_for(buffer: RolloutBuffer) -> Optional[torch.device]:
     rlscan's backend decides first ("cpu" never, "triton" always); under "auto",
     fast mode moves rollouts of at least ``GPU_MIN_ELEMENTS`` entries.
     """
-    device = torch.device(buffer.device)
+    device = buffer.device if type(buffer.device) is torch.device else torch.device(buffer.device)
     backend = rlscan.get_backend()
     if device.type != "cuda" or backend == "cpu":
         return None
@@ -261,7 +271,7 @@ def _advantages(buffer: RolloutBuffer, last_values, terminated: np.ndarray):
     last_values = torch.as_tensor(last_values).detach().reshape(-1)
     if device is None:
         rewards, values = buffer.rewards, buffer.values
-        bootstrap = last_values.cpu().numpy().astype(values.dtype, copy=False)
+        bootstrap = _host_values(last_values, values.dtype)
     else:
         rewards, values, terminated = (
             torch.from_numpy(array).to(device) for array in (buffer.rewards, buffer.values, terminated)

@@ -71,6 +71,12 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
     call.compute(spec, tensors, scalars, outs, False, path="triton")
 
 
-def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool) -> tuple:
-    """The op's outputs, differentiable through ``op.backward``."""
-    return _FusedFunction.apply(call, op, scalars, exact, *tensors)
+def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool, record: bool = True) -> tuple:
+    """The op's outputs, differentiable through ``op.backward``; a checked call (``record``)
+    is noted for ``_fast``, whose replays of its signature call this directly."""
+    outs = _FusedFunction.apply(call, op, scalars, exact, *tensors)
+    if record:
+        from . import _fast
+
+        _fast.record_grad(call, op, tensors, scalars, exact, outs)
+    return outs

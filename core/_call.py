@@ -98,6 +98,7 @@ class Call:
 
     def __init__(self, anchor_name: str, anchor, time_dim, out_dtype=None):
         x, self.numpy_io = to_tensor(anchor_name, anchor)
+        self.origins = {id(x): anchor} if self.numpy_io else {}  # the arrays that numpy arguments came as
         check_float(anchor_name, x)
         self.anchor_name = anchor_name
         self.anchor = x
@@ -114,9 +115,11 @@ class Call:
     # -- arguments ---------------------------------------------------------------------
 
     def _tensor(self, name: str, x) -> torch.Tensor:
-        x, _ = to_tensor(name, x)
-        check_device(name, x, self.device, self.anchor_name)
-        return x
+        t, was_numpy = to_tensor(name, x)
+        check_device(name, t, self.device, self.anchor_name)
+        if was_numpy:
+            self.origins[id(t)] = x
+        return t
 
     def series(self, name: str, x, required: bool = False) -> Optional[torch.Tensor]:
         """A floating tensor of the anchor's shape, or None (an error when ``required``)."""
@@ -330,15 +333,18 @@ class Call:
     def runner(self, op: OpSpec, tensors: tuple, outs: tuple, exact: bool, path: str):
         """What runs ``op`` on tensors laid out as these: a Triton launch plan or the CPU loop
         on a fixed layout; ``None`` when the batch dimensions need splitting."""
-        signature = None
+        signature = (id(op), exact, self.time_dim, self.device, tuple(map(_signature, tensors)),
+                     tuple(map(_signature, outs)))
         if path == "triton":
             from ._triton.launch import cached_plan
 
-            signature = (id(op), exact, self.time_dim, self.device, tuple(map(_signature, tensors)),
-                         tuple(map(_signature, outs)))
             plan = cached_plan(signature)
             if plan is not None:
                 return plan
+        else:
+            runner = _CPU_RUNNERS.get(signature)
+            if runner is not None:
+                return runner
         kinds = op.kinds
         full = [grid_view(t, k) for t, k in zip(tensors, kinds) if t is not None and k != "batch"]
         full += [o for o in outs if o is not None]
@@ -350,7 +356,10 @@ class Call:
             return self._plan(op, layout, tensors, outs, exact, signature)
         from ._cpu import cpu_runner
 
-        return cpu_runner(op, layout, self.compute_dtype)
+        if len(_CPU_RUNNERS) >= _MAX_CPU_RUNNERS:
+            _CPU_RUNNERS.clear()
+        runner = _CPU_RUNNERS[signature] = cpu_runner(op, layout, self.compute_dtype)
+        return runner
 
     def _plan(self, op: OpSpec, layout, tensors, outs, exact, signature):
         from ._triton.launch import new_plan
@@ -396,6 +405,11 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1
+
+
+# CPU runners by call signature (the Triton path keeps its launch plans in ``_triton.launch``)
+_CPU_RUNNERS: dict = {}
+_MAX_CPU_RUNNERS = 1024
 
 
 def _signature(x: Optional[torch.Tensor]):

@@ -5,12 +5,26 @@ compute dtype (float32, or float64 for float64 inputs), so they are exact: bit f
 the plain float32 loops that Stable-Baselines3 and CleanRL run.
 
 Each loop sees ``[T, Bh, Bl]`` numpy views of its inputs (see ``_inputs``), made
-without copies. Absent inputs arrive as ``None``, so numba compiles a version per
-combination with the dead branches pruned and the loop over environments vectorises.
-float16 and bfloat16 inputs (which numba cannot read) are converted to float32 first.
+without copies, and its innermost loop runs along ``Bl``, the environment axis, so the
+compiler turns it into SIMD instructions. Absent inputs arrive as ``None``, so numba
+compiles a version per combination with the dead branches pruned. float16 and bfloat16
+inputs (which numba cannot read) are converted to float32 first.
+
+A runner serves one call signature (shapes, strides, dtypes), so how each argument
+becomes a view is worked out on its first call; later calls only wrap the new memory.
+The loops' outer loop is a ``prange`` over blocks of environments: large calls run a
+version compiled with ``parallel=True`` on a grid whose environments are regrouped into
+blocks, small calls the serial version (a parallel launch costs more than they do). Each
+environment's steps still run in order on one thread, so threads change no bit. Fresh outputs of at least ``HUGE_PAGE_BYTES`` are
+backed by transparent huge pages where Linux allows it: a page fault per 4 KiB of a
+new output otherwise costs several times the loop itself.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -18,23 +32,97 @@ import torch
 
 try:
     from numba import njit as _njit
-
-    def njit(fn):
-        return _njit(cache=True, nogil=True)(fn)
+    from numba import prange
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - numba is a dependency; this keeps exotic platforms working
     HAVE_NUMBA = False
+    prange = range
 
-    def njit(fn):
-        return fn
+# Whether loops run their parallel version now. A process-wide flag, not a thread's: a
+# parallel loop computes the same bits as the serial one, so another thread's small call
+# that happens to see it set is only slower, and one global read costs less per call.
+_parallel_now = False
+
+
+class _Loop:
+    """A loop compiled twice by numba: serially, and (when first needed) with ``parallel=True``."""
+
+    def __init__(self, fn):
+        self.py_func = fn
+        self.serial = _njit(cache=True, nogil=True)(fn) if HAVE_NUMBA else fn
+        self._parallel = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args):
+        if _parallel_now:
+            return self.parallel(*args)
+        return self.serial(*args)
+
+    @property
+    def parallel(self):
+        if self._parallel is None:
+            self._parallel = _njit(cache=True, nogil=True, parallel=True)(self.py_func) if HAVE_NUMBA else self.py_func
+        return self._parallel
+
+
+def njit(fn):
+    """Compile a loop over ``[T, Bh, Bl]`` arrays whose outer loop is ``for i in prange(Bh)``."""
+    return _Loop(fn)
 
 
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
+_READABLE_FLAGS = (torch.bool, torch.uint8, torch.float32, torch.float64)
+
+#: A call over at least this many elements (``T × B``) runs the loops' parallel version.
+PARALLEL_MIN_ELEMENTS = 1 << 20
+#: Environments per block, at least (whole cache lines per thread, and SIMD along each block).
+_MIN_BLOCK = 64
+#: Outputs of at least this many bytes are advised onto transparent huge pages.
+HUGE_PAGE_BYTES = 4 << 20
+_HUGE = 1 << 21
 
 
-def _geometry(t: torch.Tensor, layout, kind: str) -> tuple:
-    """``(shape, strides)`` of ``t`` seen as ``[T, Bh, Bl]`` (``[1, Bh, Bl]`` for
+def cpu_threads() -> int:
+    """Threads numba runs a parallel loop on (``NUMBA_NUM_THREADS``, by default every CPU)."""
+    if not HAVE_NUMBA:
+        return 1
+    import numba
+
+    return numba.get_num_threads()
+
+
+def _madvise():
+    """libc's ``madvise`` on Linux, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):  # pragma: no cover - no libc symbols
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _madvise()
+_MADV_HUGEPAGE = 14
+
+
+def advise_huge_pages(t: torch.Tensor) -> None:
+    """Ask Linux to back the untouched memory of ``t`` with huge pages (a hint: failure changes nothing)."""
+    if _MADVISE is None:
+        return
+    start = t.data_ptr()
+    end = start + t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+    first = (start + _HUGE - 1) & ~(_HUGE - 1)
+    length = (end - first) & ~(_HUGE - 1)
+    if length > 0:
+        _MADVISE(first, length, _MADV_HUGEPAGE)
+
+
+def _geometry(t, layout, kind: str) -> tuple:
+    """``(shape, element strides)`` of ``t`` seen as ``[T, Bh, Bl]`` (``[1, Bh, Bl]`` for
     per-environment values, ``[T, Bh, Bl, A]`` for action tables)."""
     from ._call import kernel_strides
 
@@ -45,12 +133,26 @@ def _geometry(t: torch.Tensor, layout, kind: str) -> tuple:
     return shape, tuple(s)
 
 
-def _array(t: torch.Tensor, geometry: tuple, kind: str, compute_dtype: torch.dtype) -> np.ndarray:
-    """The numpy view of ``t`` that the loop reads (a converted copy for types numba cannot read)."""
+def _c_strides(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _strides_agree(shape: tuple, a: tuple, b: tuple) -> bool:
+    """Whether two stride tuples address the same elements of ``shape`` (unit dimensions do not count)."""
+    return all(n == 1 or x == y for n, x, y in zip(shape, a, b))
+
+
+def _converted(t, geometry: tuple, kind: str, compute_dtype: torch.dtype) -> np.ndarray:
+    """The loop's view of ``t`` through torch: a converted copy for types numba cannot read."""
+    t = torch.as_tensor(t)
     v = t.detach().as_strided(*geometry, t.storage_offset())
     if v.dtype == torch.bool:
         return v.numpy().view(np.uint8)
-    if kind == "flag" and v.dtype not in (torch.uint8, torch.float32, torch.float64):
+    if kind == "flag" and v.dtype not in _READABLE_FLAGS:
         return (v != 0).to(torch.uint8).numpy()  # numba reads neither half type; "set" is "non-zero"
     if kind == "flag":
         return v.numpy()
@@ -59,28 +161,125 @@ def _array(t: torch.Tensor, geometry: tuple, kind: str, compute_dtype: torch.dty
     return v.numpy()
 
 
+def _viewer(x, geometry: tuple, kind: str, compute_dtype: torch.dtype):
+    """``view(x)``: the loop's numpy view of an argument laid out as ``x`` (a tensor or an array)."""
+    shape, strides = geometry
+    dtype = x.dtype if isinstance(x, torch.Tensor) else torch.from_numpy(x[:0]).dtype
+    readable = dtype in _READABLE_FLAGS if kind == "flag" else dtype == compute_dtype
+    if not readable:
+        return lambda y: _converted(y, geometry, kind, compute_dtype)
+    as_uint8 = dtype == torch.bool
+    contiguous = (x.is_contiguous() if isinstance(x, torch.Tensor) else x.flags.c_contiguous)
+    numel = x.numel() if isinstance(x, torch.Tensor) else x.size
+    if contiguous and numel == int(np.prod(shape)) and _strides_agree(shape, strides, _c_strides(shape)):
+        def view(y):  # the common case: a reshape of the tensor's own memory
+            a = y if type(y) is np.ndarray else (y.detach() if y.requires_grad else y).numpy()
+            a = a.reshape(shape)
+            return a.view(np.uint8) if as_uint8 else a
+        return view
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    byte_strides = tuple(s * itemsize for s in strides)
+
+    def strided(y):
+        a = y if type(y) is np.ndarray else (y.detach() if y.requires_grad else y).numpy()
+        a = np.lib.stride_tricks.as_strided(a, shape, byte_strides)
+        return a.view(np.uint8) if as_uint8 else a
+    return strided
+
+
+def _blocks(layout, threads: int) -> int:
+    """How many blocks to cut a one-group grid ``[T, 1, B]`` into (``[T, blocks, B / blocks]``)
+    for the loops' parallel version: a few per thread, of at least ``_MIN_BLOCK`` environments;
+    1 (no parallel run) when ``B`` does not split so, 0 when the grid has two groups already."""
+    if layout.two_level:
+        return 0 if layout.B // layout.B_lo >= threads else 1
+    for per_thread in (1, 2, 4):
+        blocks = threads * per_thread
+        if layout.B % blocks == 0 and layout.B // blocks >= _MIN_BLOCK:
+            return blocks
+    return 1
+
+
+def _in_blocks(geometry: tuple, blocks: int) -> tuple:
+    """A ``[T, 1, B, ...]`` geometry seen as ``[T, blocks, B / blocks, ...]``."""
+    shape, strides = geometry
+    lo = shape[2] // blocks
+    return (shape[0], blocks, lo) + shape[3:], (strides[0], strides[2] * lo) + strides[2:]
+
+
+def idle_cpus() -> float:
+    """CPUs left idle by the system's recent load (the one-minute load average), on Unix."""
+    try:
+        return cpu_threads() - os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - no load average on this platform
+        return float(cpu_threads())
+
+
+class CpuRunner:
+    """``runner(tensors, outs, scalars)``: the CPU loop of ``op`` for arguments laid out as ``layout``.
+
+    Calls of at least ``PARALLEL_MIN_ELEMENTS`` run the loops' parallel version while at least
+    one more CPU than this thread is idle: on a machine whose cores are busy, more threads
+    only wait for each other."""
+
+    def __init__(self, op, layout, compute_dtype: torch.dtype):
+        self.op, self.layout, self.compute_dtype = op, layout, compute_dtype
+        self.np_dtype = _NUMPY_DTYPE[compute_dtype]
+        self.views = {}  # blocks -> (input viewers, output viewers)
+        self.converts = None
+        elements = layout.T * layout.B
+        self.huge = elements * torch.empty((), dtype=compute_dtype).element_size() >= HUGE_PAGE_BYTES
+        self.blocks = 1  # 1: the serial loop; 0: the parallel one on the grid as it is; else regrouped
+        if elements >= PARALLEL_MIN_ELEMENTS and cpu_threads() > 1:
+            self.blocks = _blocks(layout, cpu_threads())
+
+    def _viewers(self, tensors, work, blocks: int) -> tuple:
+        cd, layout = self.compute_dtype, self.layout
+
+        def geometry(x, kind):
+            g = _geometry(x, layout, kind)
+            return _in_blocks(g, blocks) if blocks > 1 else g
+
+        inputs = [None if t is None else _viewer(t, geometry(t, k), k, cd) for t, k in zip(tensors, self.op.kinds)]
+        outputs = [None if w is None else _viewer(w, geometry(w, "series"), "series", cd) for w in work]
+        return inputs, outputs
+
+    def _work(self, outs) -> list:
+        cd = self.compute_dtype
+        return [o if o is None or o.dtype == cd else torch.empty_like(o, dtype=cd) for o in outs]
+
+    def __call__(self, tensors, outs, scalars) -> None:
+        if self.converts is None:
+            if not HAVE_NUMBA:
+                warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=2)
+            # outputs not in the compute dtype are computed in a buffer of it, then copied
+            self.converts = any(o is not None and o.dtype != self.compute_dtype for o in outs)
+        work = self._work(outs) if self.converts else outs
+        if self.huge:
+            for w in work:
+                if type(w) is torch.Tensor:  # numpy advises its own large arrays
+                    advise_huge_pages(w)
+        blocks = 1 if self.blocks == 1 or idle_cpus() < 2 else self.blocks
+        viewers = self.views.get(blocks)
+        if viewers is None:
+            viewers = self.views[blocks] = self._viewers(tensors, work, blocks)
+        arrays = [None if v is None else v(t) for v, t in zip(viewers[0], tensors)]
+        views = [None if w is None else v(w) for v, w in zip(viewers[1], work)]
+        if blocks == 1:
+            self.op.cpu(self.layout, arrays, scalars, views, self.np_dtype)
+        else:
+            global _parallel_now
+            _parallel_now = True
+            try:
+                self.op.cpu(self.layout, arrays, scalars, views, self.np_dtype)
+            finally:
+                _parallel_now = False
+        if self.converts:
+            for o, w in zip(outs, work):
+                if o is not w:
+                    o.copy_(w)
+
+
 def cpu_runner(op, layout, compute_dtype):
-    """``runner(tensors, outs, scalars)``: the CPU loop of ``op`` for tensors laid out as ``layout``.
-
-    A runner serves one call signature (shapes, strides, dtypes), so the views' geometry is
-    worked out on its first call and kept."""
-    geometry = []
-
-    def runner(tensors, outs, scalars):
-        if not HAVE_NUMBA:
-            warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=2)
-        # outputs not in the compute dtype are computed in a buffer of it, then copied
-        work = [o if o is None or o.dtype == compute_dtype else torch.empty_like(o, dtype=compute_dtype) for o in outs]
-        if not geometry:
-            geometry.append([None if t is None else _geometry(t, layout, k) for t, k in zip(tensors, op.kinds)])
-            geometry.append([None if w is None else _geometry(w, layout, "series") for w in work])
-        ins_geometry, work_geometry = geometry
-        arrays = [None if t is None else _array(t, g, k, compute_dtype)
-                  for t, g, k in zip(tensors, ins_geometry, op.kinds)]
-        views = [None if w is None else _array(w, g, "series", compute_dtype) for w, g in zip(work, work_geometry)]
-        op.cpu(layout, arrays, scalars, views, _NUMPY_DTYPE[compute_dtype])
-        for o, w in zip(outs, work):
-            if o is not w:
-                o.copy_(w)
-
-    return runner
+    """The runner of ``op``'s CPU loop for arguments laid out as ``layout`` (see :class:`CpuRunner`)."""
+    return CpuRunner(op, layout, compute_dtype)

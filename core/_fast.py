@@ -9,16 +9,21 @@ runner (a Triton launch plan, or the CPU loop on a fixed layout). Later calls wi
 same signature allocate the outputs and run the runner directly.
 
 A call is recorded only when its checks depend on nothing but the signature. Calls that
-check values (a tensor γ/λ or action indices on the CPU), convert arguments (numpy
-arrays, broadcast coefficients), need gradients, write into ``out=``, are split into
-several launches, raise, or run inside ``torch.compile`` always take the checked path.
+check values (a tensor γ/λ or action indices on the CPU), convert arguments (broadcast
+coefficients), need gradients on the CPU path, write into ``out=``, are split into several launches,
+raise, or run inside ``torch.compile`` always take the checked path. numpy arrays are
+replayed on the CPU loop only (whose views do not depend on alignment), with numpy
+outputs allocated as the checked path laid them out. A call that records the fused
+backward (the Triton path) is replayed through the op's autograd function.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 import threading
 
+import numpy as np
 import torch
 
 from . import _backend
@@ -40,6 +45,8 @@ def _value_key(v):
         return v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() & 15, v.requires_grad
     if v is None or kind in (float, int, bool, str, torch.dtype):
         return kind, v
+    if kind is np.ndarray:
+        return kind, v.shape, v.strides, v.dtype
     raise _Uncacheable
 
 
@@ -50,33 +57,56 @@ def record(call, tensors: tuple, scalars: tuple, outs: tuple, runner) -> None:
         log.append((call, tensors, scalars, outs, runner))
 
 
+def record_grad(call, op, tensors: tuple, scalars: tuple, exact: bool, outs: tuple) -> None:
+    """Note a checked call that recorded the fused backward (``_autograd`` calls this)."""
+    log = getattr(_local, "log", None)
+    if log is not None:
+        log.append(("grad", call, op, tensors, scalars, exact, outs))
+
+
+class _GradEntry:
+    """A recorded call that runs the op's autograd function, replayed on new arguments with
+    the same signature (the same ``requires_grad`` flags): a copy of the checked call with the
+    new anchor stands for the call that backward reads (shapes, time axis, dtypes)."""
+
+    __slots__ = ("pick", "anchor", "call", "op", "scalars", "exact", "wrap")
+
+    def __call__(self, arguments: tuple):
+        from ._autograd import with_fused_backward
+
+        call = copy.copy(self.call)
+        call.anchor = arguments[self.anchor]
+        return self.wrap(with_fused_backward(call, self.op, self.pick(arguments), self.scalars, self.exact, False))
+
+
 class _Entry:
     """A recorded call, replayed on new arguments with the same signature.
 
     The arguments are seen as one tuple, ``args + kwargs' values + (None,)``: the keyword
     names and their order are part of the signature, so positions in it are fixed."""
 
-    __slots__ = ("pick", "anchor", "runner", "scalars", "dtype", "n_out", "wrap")
+    __slots__ = ("pick", "anchor", "runner", "scalars", "dtype", "n_out", "wrap", "empty_like")
 
     def __call__(self, arguments: tuple):
         tensors = self.pick(arguments)
         anchor = arguments[self.anchor]
-        dtype = self.dtype
+        dtype, empty_like = self.dtype, self.empty_like
         if self.n_out == 1:
-            outs = (torch.empty_like(anchor, dtype=dtype),)
+            outs = (empty_like(anchor, dtype=dtype),)
         else:
-            outs = tuple([torch.empty_like(anchor, dtype=dtype) for _ in range(self.n_out)])
+            outs = tuple([empty_like(anchor, dtype=dtype) for _ in range(self.n_out)])
         self.runner(tensors, outs, self.scalars)
         return self.wrap(outs)
 
 
-def _source(t, arguments: tuple) -> int:
-    """Where tensor ``t`` sits among the arguments (the last place, ``None``, for ``None``).
-    A tensor passed as two arguments makes the call uncacheable: which argument it stood for
-    would be a guess on the next call."""
+def _source(t, arguments: tuple, origins: dict) -> int:
+    """Where tensor ``t`` (or the numpy array it wraps) sits among the arguments (the last
+    place, ``None``, for ``None``). A tensor passed as two arguments makes the call
+    uncacheable: which argument it stood for would be a guess on the next call."""
     if t is None:
         return len(arguments) - 1
-    places = [i for i, a in enumerate(arguments) if a is t]
+    origin = origins.get(id(t), t)
+    places = [i for i, a in enumerate(arguments) if a is origin]
     if len(places) != 1:
         raise _Uncacheable
     return places[0]
@@ -85,23 +115,72 @@ def _source(t, arguments: tuple) -> int:
 def _entry(log, arguments: tuple, result):
     if len(log) != 1:
         raise _Uncacheable
+    if log[0][0] == "grad":
+        return _grad_entry(log[0][1:], arguments, result)
     call, tensors, scalars, outs, runner = log[0]
-    if runner is None or call.checked_values or call.numpy_io:
+    if runner is None or call.checked_values:
         raise _Uncacheable
+    origins = getattr(call, "origins", {})
     entry = _Entry()
-    sources = [_source(t, arguments) for t in tensors]
+    sources = [_source(t, arguments, origins) for t in tensors]
     entry.pick = (lambda a: (a[sources[0]],)) if len(sources) == 1 else operator.itemgetter(*sources)
-    entry.anchor = _source(call.anchor, arguments)
+    entry.anchor = _source(call.anchor, arguments, origins)
     entry.runner, entry.scalars, entry.n_out = runner, tuple(scalars), len(outs)
-    entry.dtype = outs[0].dtype
-    if len(outs) == 1 and result is outs[0]:
+    entry.dtype, entry.empty_like = outs[0].dtype, torch.empty_like
+    if call.numpy_io:
+        entry.dtype, entry.empty_like = _numpy_outputs(call, runner, outs)
+        same = lambda r, o: isinstance(r, np.ndarray) and r.ctypes.data == o.data_ptr()  # noqa: E731
+    else:
+        same = operator.is_
+    if len(outs) == 1 and same(result, outs[0]):
         entry.wrap = lambda o: o[0]
-    elif isinstance(result, tuple) and len(result) == len(outs) and all(a is b for a, b in zip(result, outs)):
+    elif isinstance(result, tuple) and len(result) == len(outs) and all(same(a, b) for a, b in zip(result, outs)):
         kind = type(result)
         entry.wrap = (lambda o: o) if kind is tuple else (lambda o: kind(*o))
     else:
         raise _Uncacheable
     return entry
+
+
+def _wrap(result, outs: tuple, same=operator.is_):
+    """How the op's function wraps the outputs ``outs`` into its ``result``."""
+    if len(outs) == 1 and same(result, outs[0]):
+        return lambda o: o[0]
+    if isinstance(result, tuple) and len(result) == len(outs) and all(same(a, b) for a, b in zip(result, outs)):
+        kind = type(result)
+        return (lambda o: o) if kind is tuple else (lambda o: kind(*o))
+    raise _Uncacheable
+
+
+def _grad_entry(recorded, arguments: tuple, result):
+    call, op, tensors, scalars, exact, outs = recorded
+    if call.checked_values or call.numpy_io:
+        raise _Uncacheable
+    entry = _GradEntry()
+    sources = [_source(t, arguments, {}) for t in tensors]
+    entry.pick = operator.itemgetter(*sources) if len(sources) > 1 else (lambda a: (a[sources[0]],))
+    entry.anchor = _source(call.anchor, arguments, {})
+    template = copy.copy(call)
+    template.anchor = template.origins = None  # hold no tensor of the first call
+    entry.call, entry.op, entry.scalars, entry.exact = template, op, tuple(scalars), exact
+    entry.wrap = _wrap(result, outs)
+    return entry
+
+
+def _numpy_outputs(call, runner, outs) -> tuple:
+    """``(dtype, empty_like)`` that allocate numpy outputs laid out as the checked call's
+    ``outs``; only the CPU loop replays numpy calls, and only into its compute dtype."""
+    from ._cpu import CpuRunner
+
+    dtype = outs[0].dtype
+    if not isinstance(runner, CpuRunner) or dtype != call.compute_dtype:
+        raise _Uncacheable
+    anchor = call.origins[id(call.anchor)]
+    np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+    probe = np.empty_like(anchor, dtype=np_dtype)
+    if any(probe.strides != tuple(s * o.element_size() for s in o.stride()) for o in outs):
+        raise _Uncacheable
+    return np_dtype, np.empty_like
 
 
 def fast_path(fn):

@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch.library import custom_op
+from torch.library import Library, custom_op
 
-from ._call import Call, OpSpec
+from . import _backend
+from ._call import Call, OpSpec, _signature
+from ._triton import launch as _launch
 
 _FUSED: dict = {}
 
@@ -33,22 +35,61 @@ def _trusted_call(spec: OpSpec, tensors, time_dim: int, out_dtype) -> Call:
     return call
 
 
+class _Runners:
+    """The runners of one op's custom op by call signature.
+
+    Inside a compiled graph the op runs on arguments the graph has already checked, once per
+    replay, so its runner (a Triton launch plan or the CPU loop on a fixed layout) is looked
+    up by the tensors' signature (shapes, strides, dtypes, alignment) and the options, and
+    run on fresh outputs: no :class:`Call` is built and no layout planned again."""
+
+    def __init__(self, spec: OpSpec):
+        self.spec = spec
+        self.by_signature: dict = {}
+
+    def __call__(self, tensors: list, scalars: list, time_dim: int, exact: bool, out_dtype) -> list:
+        key = (tuple(map(_signature, tensors)), time_dim, exact, out_dtype, _backend.get_backend(),
+               _launch.settings_key())
+        found = self.by_signature.get(key)
+        if found is not None:
+            runner, dtype = found
+            anchor = tensors[0]
+            outs = tuple([torch.empty_like(anchor, dtype=dtype) for _ in range(self.spec.n_out)])
+            runner(tuple(tensors), outs, tuple(scalars))
+            return list(outs)
+        call = _trusted_call(self.spec, tensors, time_dim, out_dtype)
+        outs = call.new_outputs(self.spec.n_out)
+        if 0 not in call.shape:
+            runner = call.compute(self.spec, tuple(tensors), tuple(scalars), outs, exact)
+            if runner is not None:  # None: split into several launches, planned each time
+                if len(self.by_signature) >= _MAX_RUNNERS:
+                    self.by_signature.clear()
+                self.by_signature[key] = (runner, outs[0].dtype)
+        return list(outs)
+
+
+_MAX_RUNNERS = 256
+
+
+# The fused ops are defined through a plain Library, not ``custom_op``: they never need
+# autograd (a call that does takes the op's differentiable form), and ``custom_op``'s
+# Python autograd layer and dynamo guards cost more per call inside a compiled graph than
+# the launch itself.
+_LIB = Library("rlscan", "FRAGMENT")
+_FUSED_SCHEMA = "(Tensor?[] tensors, float[] scalars, int time_dim, bool exact, ScalarType? out_dtype) -> Tensor[]"
+
+
 def register_fused(spec: OpSpec):
     """Register ``rlscan::<spec.name>``, the op's fused kernel, and return it."""
-
-    def impl(tensors: list[Optional[torch.Tensor]], scalars: list[float], time_dim: int, exact: bool,
-             out_dtype: Optional[torch.dtype]) -> list[torch.Tensor]:
-        call = _trusted_call(spec, tensors, time_dim, out_dtype)
-        outs = call.new_outputs(spec.n_out)
-        if 0 not in call.shape:
-            call.compute(spec, tuple(tensors), tuple(scalars), outs, exact)
-        return list(outs)
+    runners = _Runners(spec)
 
     def fake(tensors, scalars, time_dim, exact, out_dtype):
         return list(_trusted_call(spec, tensors, time_dim, out_dtype).new_outputs(spec.n_out))
 
-    op = custom_op(f"rlscan::{spec.name}", impl, mutates_args=())
-    op.register_fake(fake)
+    _LIB.define(spec.name + _FUSED_SCHEMA)
+    _LIB.impl(spec.name, runners, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"rlscan::{spec.name}", fake, lib=_LIB)
+    op = getattr(torch.ops.rlscan, spec.name).default
     _FUSED[spec.name] = op
     return op
 

@@ -1,7 +1,7 @@
 """The ``rlscan`` command line.
 
     rlscan bench [--ops gae,vtrace] [--shapes 4096x128,16x262144] [--layout tn|nt]
-                 [--dtype float32] [--quick] [--e2e] [--out DIR] [--repeat K]
+                 [--dtype float32] [--quick] [--e2e] [--host] [--out DIR] [--repeat K]
 
 See ``rlscan bench --help`` and the method in :mod:`rlscan.bench`.
 """
@@ -115,6 +115,13 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated subset of the alternatives to time (rlscan is always timed)")
     b.add_argument("--all-cells", action="store_true",
                    help="run the loops and torch.compile at every cell of the default grid, not only its subset")
+    b.add_argument("--host", action="store_true",
+                   help="also time the host's share of a call: eager vs torch.compile (and reduce-overhead, "
+                        "CudaGraphModule on CUDA), autograd vs torch.cumsum, and the CPU path (per-call cost, SB3's "
+                        "buffer, every op at --host-large against the numpy loop and the copy floor); the compiled "
+                        "and autograd parts run at the first --shapes (default 4096x128)")
+    b.add_argument("--host-large", type=_shape, default=(4096, 2048), dest="host_large",
+                   help="the shape of --host's CPU grid, NxT (default 4096x2048)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     return top
 
@@ -133,13 +140,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from .bench.runner import Options, run
 
-    if not args.ops and not args.e2e:
-        print("rlscan bench: --ops none leaves nothing to run without --e2e", file=sys.stderr)
+    if not args.ops and not args.e2e and not args.host:
+        print("rlscan bench: --ops none leaves nothing to run without --e2e or --host", file=sys.stderr)
         return 2
     opts = Options(ops=args.ops, shapes=args.shapes, layout=args.layout, dtype=getattr(torch, args.dtype),
                    quick=args.quick, e2e=args.e2e, out=args.out, repeat=args.repeat, cap_s=args.cap_s,
                    compile_budget_s=args.compile_budget_s, alternatives=args.alternatives, all_cells=args.all_cells,
-                   seed=args.seed)
+                   seed=args.seed, host=args.host, host_large=args.host_large)
     return run(opts)
 
 

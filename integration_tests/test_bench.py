@@ -162,3 +162,28 @@ def test_sb3_ppo_breakdown_and_rlscan_on_its_buffer():
     assert r["identical_to_sb3"], r["max_abs_diff"]
     assert r["train_s"] > r["compute_returns_and_advantage_s"] > 0
     assert 0 < r["share_sb3"] < 1 and r["update_speedup"] > 0
+
+
+def test_host_section_runs_at_tiny_sizes(tmp_path):
+    """``--host --ops none``: eager vs compiled, autograd vs cumsum, and the CPU path, in the JSON."""
+    out = tmp_path / "host"
+    cmd = [sys.executable, "-m", "rlscan.cli", "bench", "--host", "--ops", "none", "--quick", "--repeat", "1",
+           "--shapes", "8x16", "--host-large", "64x32", "--out", str(out)]
+    env = dict(os.environ, COLUMNS="200")
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    host = json.loads((out / "bench.json").read_text())["host"]
+    compiled = host["compiled"]
+    assert compiled["eager_us"] > 0 and compiled["compiled_default"]["status"] == "ok"
+    assert compiled["compiled_default"]["over_eager"] > 0
+    auto = host["autograd"]
+    assert auto["fwd_bwd_over_cumsum"] > 0 and auto["recording_over_no_grad"] > 0
+    cpu = host["cpu"]
+    assert cpu["per_call_us"]["torch_8x16"] > 0
+    assert set(cpu["large"]) >= set(cases.CASES)
+    for name in cases.CASES:
+        assert cpu["large"][name]["rel_err_vs_numpy_loop"] < 1e-4, name
+    if importlib.util.find_spec("stable_baselines3") is not None:
+        assert all(r["bitwise"] for r in cpu["sb3"].values())
+    assert "host · autograd" in proc.stdout

@@ -74,20 +74,45 @@ def test_value_checks_run_on_every_call():
         rlscan.retrace_from_q(r, q, actions, probs, log_mu, bootstrap_value=boot)
 
 
-def test_numpy_gradients_and_out_take_the_checked_path(path):
+def test_out_and_cpu_gradients_take_the_checked_path(path):
     _fast._CACHE.clear()
     p = make_problem("td_lambda", (6, 2), device=path.device, seed=6)
-    if path.device.type == "cpu":
-        a = np.random.default_rng(0).standard_normal((6, 2)).astype(np.float32)
-        for _ in range(2):
-            assert isinstance(rlscan.td_lambda(a, a.copy(), bootstrap_value=a[0].copy()), np.ndarray)
-    r = p.args[0].clone().requires_grad_()
-    for _ in range(2):
-        p.replace(rewards=r).run()[0].sum().backward()
     out = torch.empty_like(p.args[0])
     for _ in range(2):
         assert p.run(out=out)[0] is out
+    if path.backend == "cpu":  # the torch form's graph (the Triton path replays, see below)
+        r = p.args[0].clone().requires_grad_()
+        for _ in range(2):
+            p.replace(rewards=r).run()[0].sum().backward()
     assert _replayed_entries() == 0
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_numpy_calls_replay_on_the_cpu_loop(layout):
+    """numpy in, numpy out: the replay allocates numpy outputs laid out as the checked call's,
+    on new arrays, and matches the float64 reference."""
+    _fast._CACHE.clear()
+    rng = np.random.default_rng(0)
+
+    def arrays():
+        def draw(*shape):
+            a = rng.standard_normal(shape).astype(np.float32)
+            return {"contiguous": a, "transposed": a.T.copy().T, "sliced": np.repeat(a, 2, axis=1)[:, ::2]}[layout]
+        return draw(7, 3), draw(7, 3), rng.standard_normal(3).astype(np.float32), rng.random((7, 3)) < 0.3
+
+    results = []
+    for _ in range(3):
+        r, v, boot, done = arrays()
+        adv, ret = rlscan.gae(r, v, bootstrap_value=boot, terminated=done, gamma=0.9, lmbda=0.8)
+        assert isinstance(adv, np.ndarray) and isinstance(ret, np.ndarray) and adv.dtype == np.float32
+        ref = rlscan.reference.gae(*(torch.from_numpy(np.ascontiguousarray(x)).double() for x in (r, v)),
+                                   bootstrap_value=torch.from_numpy(boot).double(),
+                                   terminated=torch.from_numpy(np.ascontiguousarray(done)), gamma=0.9, lmbda=0.8)
+        np.testing.assert_allclose(adv, ref.advantages.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ret, ref.returns.numpy(), rtol=1e-5, atol=1e-5)
+        results.append(adv)
+    assert _replayed_entries() == 1
+    assert not np.shares_memory(results[1], results[2])  # each replay has fresh outputs
 
 
 def test_forced_settings_are_part_of_the_signature():
@@ -126,3 +151,35 @@ def test_replay_keeps_dtype_and_layout(path, dtype, layout):
         assert_matches_reference(make_problem("td_lambda", (7, 3), device=path.device, dtype=dtype, layout=layout,
                                               seed=seed))
     assert _replayed_entries() == 1
+
+
+def test_fused_backward_calls_are_replayed(path):
+    """On the Triton path a call that records the fused backward replays its signature: the
+    replay's gradients are those of a checked call on the same data."""
+    if path.backend != "triton":
+        pytest.skip("the fused backward runs on the Triton path")
+    _fast._CACHE.clear()
+    grads = []
+    for seed in (1, 2, 2):
+        p = make_problem("gae", (6, 3), device=path.device, seed=seed)
+        r = p.args[0].clone().requires_grad_()
+        v = p.args[1].clone().requires_grad_()
+        adv, ret = rlscan.gae(r, v, **p.kwargs)
+        grads.append(torch.autograd.grad((adv * 2 + ret).sum(), (r, v)))
+    assert any(isinstance(e, _fast._GradEntry) for e in _fast._CACHE.values())
+    _fast._CACHE.clear()  # the same data through the checked path, and through the CPU's torch form
+
+    def checked():
+        p = make_problem("gae", (6, 3), device=path.device, seed=2)
+        r = p.args[0].clone().requires_grad_()
+        v = p.args[1].clone().requires_grad_()
+        adv, ret = rlscan.gae(r, v, **p.kwargs)
+        return torch.autograd.grad((adv * 2 + ret).sum(), (r, v))
+
+    for a, b in zip(grads[2], checked()):
+        assert torch.equal(a, b)
+    with rlscan.use_backend("cpu"):
+        for a, b in zip(grads[2], checked()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    for a, b in zip(grads[1], grads[2]):
+        assert torch.equal(a, b)

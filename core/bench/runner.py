@@ -46,6 +46,8 @@ class Options(NamedTuple):
     alternatives: Optional[tuple] = None
     all_cells: bool = False
     seed: int = 0
+    host: bool = False
+    host_large: tuple = (4096, 2048)  # (N, T) of the host section's CPU grid
 
 
 def settings_for(opts: Options, device: torch.device) -> Settings:
@@ -101,6 +103,16 @@ def run(opts: Options) -> int:
     impls_by_op = {op: _impls_for(op, opts, cuda, doc["alternatives"]) for op in opts.ops}
     _print_preamble(p, doc, cuda)
 
+    json_path = os.path.join(opts.out, "bench.json")
+    if opts.host:
+        from . import host
+
+        host_shape = opts.shapes[0] if opts.shapes else (4096, 128)
+        doc["host"] = host.run(p, device, host_shape, opts.host_large, settings.repeat, opts.quick)
+        report.write_json(json_path, doc)
+    if not opts.ops and not opts.e2e:
+        return _finish_without_grid(p, doc, json_path, started)
+
     with p.status("measuring the floors…"):
         fl = floors.measure(device, opts.quick)
     doc["floors"] = dict(launch_us=None if fl.launch_s is None else fl.launch_s * 1e6,
@@ -108,7 +120,6 @@ def run(opts: Options) -> int:
     p.line(f"floors: launch {report.fmt_time(doc['floors']['launch_us'])}, copy bandwidth "
            f"{fl.bandwidth / 1e9:.1f} GB/s  (an op's floor: max(launch, moved bytes / bandwidth))")
 
-    json_path = os.path.join(opts.out, "bench.json")
     cells, spent = [], {}
     ledger = CompileLedger()
     total, done = len(opts.ops) * len(shapes), 0
@@ -148,6 +159,14 @@ def run(opts: Options) -> int:
     if bad:
         p.line(f"rlscan failed its check in {len(bad)} cell(s): " + ", ".join(bad[:8]), style="bold red")
     return 1 if bad else 0
+
+
+def _finish_without_grid(p, doc: dict, json_path: str, started: float) -> int:
+    """``--ops none --host``: the host section only."""
+    doc["elapsed_s"] = time.perf_counter() - started
+    report.write_json(json_path, doc)
+    p.line(f"wrote {json_path} in {_clock(doc['elapsed_s'])}")
+    return 0
 
 
 def _device():

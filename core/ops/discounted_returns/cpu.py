@@ -1,13 +1,13 @@
 """Discounted returns as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
-from ..._cpu import njit
+from ..._cpu import njit, prange
 
 
 @njit
 def discounted_loop(r, v_next, boot, term, trunc, gammas, gamma, one, out):
     T, Bh, Bl = r.shape
     zero = one - one
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 vn = zero
                 if v_next is not None:

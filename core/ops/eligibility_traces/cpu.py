@@ -1,13 +1,13 @@
 """Eligibility traces as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
-from ..._cpu import njit
+from ..._cpu import njit, prange
 
 
 @njit
 def traces_loop(x, dones, gammas, lmbdas, gamma, lmbda, gamma_lmbda, init, one, out):
     T, Bh, Bl = x.shape
     zero = one - one
-    for t in range(T):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T):
             for j in range(Bl):
                 if t == 0:
                     prev = zero

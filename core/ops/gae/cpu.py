@@ -3,15 +3,15 @@
 Absent inputs arrive as ``None``: numba compiles a version for each combination and prunes
 the branches, so the loop over environments has no stand-in arrays to read and vectorises.
 """
-from ..._cpu import njit
+from ..._cpu import njit, prange
 
 
 @njit
 def gae_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda, one, adv, ret):
     T, Bh, Bl = r.shape
     zero = one - one
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 if v_next is not None:
                     vn = v_next[t, i, j]

@@ -1,15 +1,15 @@
 """The linear scan and its adjoint as compiled CPU loops (a scalar ``β`` arrives as
 ``betas=None``; see gae/cpu.py)."""
-from ..._cpu import njit
+from ..._cpu import njit, prange
 
 
 @njit
 def scan_loop(alpha, betas, beta, init, reverse, one, out):
     T, Bh, Bl = alpha.shape
     zero = one - one
-    for k in range(T):
-        t = T - 1 - k if reverse else k
-        for i in range(Bh):
+    for i in prange(Bh):
+        for k in range(T):
+            t = T - 1 - k if reverse else k
             for j in range(Bl):
                 if k > 0:
                     prev = out[t + 1, i, j] if reverse else out[t - 1, i, j]
@@ -30,9 +30,9 @@ def adjoint_loop(g, betas, beta, A, init, reverse, one, grad_alpha, grad_beta):
     T, Bh, Bl = g.shape
     zero = one - one
     shift = -1 if reverse else 1
-    for k in range(T):
-        t = k if reverse else T - 1 - k
-        for i in range(Bh):
+    for i in prange(Bh):
+        for k in range(T):
+            t = k if reverse else T - 1 - k
             for j in range(Bl):
                 acc = g[t, i, j]
                 if k > 0:

@@ -1,7 +1,7 @@
 """Retrace(λ) as a compiled CPU loop."""
 import numpy as np
 
-from ..._cpu import njit
+from ..._cpu import njit, prange
 
 
 @njit
@@ -9,8 +9,8 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
                  c_clip, one, q_ret, adv):
     T, Bh, Bl = r.shape
     zero = one - one
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 if e_next is not None:
                     en = e_next[t, i, j]
@@ -66,8 +66,8 @@ def run(layout, arrays, scalars, outs, dtype):
 def table_stats(q_values, probs, actions, mu, q, e, log_rho):
     """``q_t``, ``E_t`` and ``log ρ_t`` from the action table (NaN for an action out of range)."""
     T, Bh, Bl, A = q_values.shape
-    for t in range(T):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T):
             for j in range(Bl):
                 acc = q_values[t, i, j, 0] * probs[t, i, j, 0]
                 for a in range(1, A):

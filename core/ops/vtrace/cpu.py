@@ -1,7 +1,7 @@
 """V-trace as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import njit
+from ..._cpu import njit, prange
 
 
 @njit
@@ -10,8 +10,8 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
     T, Bh, Bl = r.shape
     zero = one - one
     vs_minus_v = np.zeros_like(r[0])
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 if v_next is not None:
                     vn = v_next[t, i, j]

@@ -1,0 +1,262 @@
+"""``rlscan bench --host``: what a call costs the host around the kernel, as ratios from one run.
+
+* eager / compiled: ``f(r, v, d, last) = rlscan.gae(r, v, bootstrap_value=last,
+  terminated=d)`` called back to back, eagerly and under ``torch.compile(fullgraph=True)``
+  (default mode; on CUDA also ``mode="reduce-overhead"`` and LeanRL's pattern, the compiled
+  function wrapped in tensordict's ``CudaGraphModule``), next to a compiled one-op graph
+  (``r + v``): torch's own cost per compiled call, which rlscan cannot remove.
+* autograd: the forward without grad, the forward that records for backward, and forward +
+  ``torch.autograd.grad``, against ``torch.cumsum``'s forward + backward on the same tensors.
+* cpu: the CPU path's full call at a tiny shape (its per-call overhead), Stable-Baselines3's
+  ``compute_returns_and_advantage`` against rlscan's buffer (bit for bit checked), and every
+  op at a large shape against the numpy loop and the copy-bandwidth floor.
+
+Every time is the median of ``repeat`` rounds of back-to-back calls (wall clock, one
+synchronize per round); every ratio divides two times of this run.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from . import cases, floors, loops, timing
+
+SB3_SHAPES = ((2048, 8), (128, 8))  # (n_steps, n_envs)
+
+
+def _time(fn: Callable, sync: Callable, repeat: int, target_s: float = 0.02) -> float:
+    """Seconds per call: median over ``repeat`` rounds sized to ``target_s``."""
+    for _ in range(3):
+        fn()
+    _, once = timing.timed_once(fn, sync)
+    return timing.full_call(fn, sync, one_call_s=once, target_s=target_s, repeat=repeat).seconds
+
+
+def _inputs(N: int, T: int, device) -> tuple:
+    gen = torch.Generator(device=device).manual_seed(0)
+    r = torch.randn(T, N, generator=gen, device=device)
+    v = torch.randn(T, N, generator=gen, device=device)
+    d = torch.rand(T, N, generator=gen, device=device) < 0.01
+    last = torch.randn(N, generator=gen, device=device)
+    return r, v, d, last
+
+
+def _gae(r, v, d, last):
+    import rlscan
+
+    return rlscan.gae(r, v, bootstrap_value=last, terminated=d)
+
+
+def _loop_gae(r, v, d, last, gamma: float = 0.99, lmbda: float = 0.95):
+    """LeanRL's (CleanRL's) loop, written for torch.compile."""
+    T = r.shape[0]
+    adv = torch.empty_like(r)
+    running = torch.zeros_like(last)
+    for t in range(T - 1, -1, -1):
+        nonterminal = 1.0 - d[t].float()
+        next_value = last if t == T - 1 else v[t + 1]
+        delta = r[t] + gamma * next_value * nonterminal - v[t]
+        running = delta + gamma * lmbda * nonterminal * running
+        adv[t] = running
+    return adv, adv + v
+
+
+def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
+    sync = timing.synchronizer(device)
+    r, v, d, last = _inputs(N, T, device)
+    out = {"shape": [N, T]}
+    eager = _time(lambda: _gae(r, v, d, last), sync, repeat)
+    out["eager_us"] = eager * 1e6
+    p.line(f"host · eager gae {N}×{T}: {eager * 1e6:.1f} µs/call")
+    variants = [("compiled_default", dict(fullgraph=True)), ("torch_one_op_graph", None)]
+    if device.type == "cuda":
+        variants.append(("compiled_reduce_overhead", dict(fullgraph=True, mode="reduce-overhead")))
+    expected = _gae(r, v, d, last)
+    for name, kw in variants:
+        start = time.perf_counter()
+        try:
+            if kw is None:
+                fn = torch.compile(lambda r, v, d, last: r + v, fullgraph=True)
+            else:
+                fn = torch.compile(_gae, **kw)
+            got = fn(r, v, d, last)
+            sync()
+            compile_s = time.perf_counter() - start
+            if kw is not None:
+                ok = all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, expected))
+                if not ok:
+                    out[name] = {"status": "WRONG"}
+                    p.line(f"host · {name}: WRONG result", style="bold red")
+                    continue
+            t = _time(lambda: fn(r, v, d, last), sync, repeat)
+        except Exception as ex:  # noqa: BLE001 - a variant that fails to compile is reported, the run goes on
+            out[name] = {"status": f"failed: {type(ex).__name__}: {str(ex)[:160]}"}
+            p.line(f"host · {name}: failed ({type(ex).__name__})", style="yellow")
+            continue
+        out[name] = {"status": "ok", "us": t * 1e6, "over_eager": t / eager, "compile_s": compile_s}
+        p.line(f"host · {name}: {t * 1e6:.1f} µs/call, ×{t / eager:.2f} the eager call (compile {compile_s:.1f} s)")
+    if device.type == "cuda":
+        out.update(leanrl_section(p, device, r, v, d, last, repeat, eager))
+    return out
+
+
+def leanrl_section(p, device, r, v, d, last, repeat: int, eager: float) -> dict:
+    """LeanRL's pattern: ``gae`` compiled with fullgraph and wrapped in ``CudaGraphModule``,
+    rlscan's against the loop's, compile time included, each checked against float64."""
+    try:
+        from tensordict.nn import CudaGraphModule
+    except ImportError:
+        return {"leanrl": {"status": "skipped: tensordict is not installed"}}
+    sync = timing.synchronizer(device)
+    truth = _loop_gae(*(x.double() if x.is_floating_point() else x for x in (r, v, d, last)))
+    out = {}
+    for name, fn in (("leanrl_rlscan", _gae), ("leanrl_loop", _loop_gae)):
+        start = time.perf_counter()
+        try:
+            graphed = CudaGraphModule(torch.compile(fn, fullgraph=True), warmup=3)
+            for _ in range(5):
+                got = graphed(r, v, d, last)
+            sync()
+            compile_s = time.perf_counter() - start
+            err = max(float((a.double() - b).norm() / b.norm().clamp_min(1e-30)) for a, b in zip(got, truth))
+            t = _time(lambda: graphed(r, v, d, last), sync, repeat)
+        except Exception as ex:  # noqa: BLE001
+            out[name] = {"status": f"failed: {type(ex).__name__}: {str(ex)[:160]}"}
+            p.line(f"host · {name}: failed ({type(ex).__name__})", style="yellow")
+            continue
+        out[name] = {"status": "ok" if err < 1e-4 else "WRONG", "us": t * 1e6, "rel_err": err, "compile_s": compile_s,
+                     "over_eager": t / eager}
+        p.line(f"host · {name} (compile + CudaGraphModule): {t * 1e6:.1f} µs/call, rel err {err:.1e}, "
+               f"compile {compile_s:.1f} s")
+    if all(out.get(k, {}).get("status") == "ok" for k in ("leanrl_rlscan", "leanrl_loop")):
+        out["leanrl_loop_over_rlscan"] = out["leanrl_loop"]["us"] / out["leanrl_rlscan"]["us"]
+    return out
+
+
+def autograd_section(p, device, N: int, T: int, repeat: int) -> dict:
+    sync = timing.synchronizer(device)
+    r, v, d, last = _inputs(N, T, device)
+    rg, vg = r.clone().requires_grad_(), v.clone().requires_grad_()
+    g = torch.ones_like(r)
+
+    def no_grad():
+        with torch.no_grad():
+            return _gae(rg, vg, d, last)
+
+    def recording():
+        return _gae(rg, vg, d, last)
+
+    def fwd_bwd():
+        adv, ret = _gae(rg, vg, d, last)
+        return torch.autograd.grad((adv, ret), (rg, vg), grad_outputs=(g, g))
+
+    def cumsum_fwd_bwd():
+        return torch.autograd.grad(torch.cumsum(rg, 0), rg, grad_outputs=g)
+
+    t = {name: _time(fn, sync, repeat) for name, fn in
+         (("no_grad_fwd", no_grad), ("recording_fwd", recording), ("fwd_bwd", fwd_bwd), ("cumsum_fwd_bwd", cumsum_fwd_bwd))}
+    out = {"shape": [N, T], **{f"{k}_us": s * 1e6 for k, s in t.items()},
+           "recording_over_no_grad": t["recording_fwd"] / t["no_grad_fwd"],
+           "fwd_bwd_over_cumsum": t["fwd_bwd"] / t["cumsum_fwd_bwd"],
+           "path": "triton fused backward" if device.type == "cuda" else "cpu: the op's torch form"}
+    p.line(f"host · autograd {N}×{T}: no-grad fwd {t['no_grad_fwd'] * 1e6:.1f} µs, recording fwd "
+           f"{t['recording_fwd'] * 1e6:.1f} µs (×{out['recording_over_no_grad']:.2f}), fwd+bwd {t['fwd_bwd'] * 1e6:.1f} µs "
+           f"vs cumsum fwd+bwd {t['cumsum_fwd_bwd'] * 1e6:.1f} µs (×{out['fwd_bwd_over_cumsum']:.2f})")
+    return out
+
+
+def _sb3_buffers(T: int, N: int):
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import RolloutBuffer
+
+    from ..adapters.sb3 import TritonRolloutBuffer
+
+    made = []
+    for cls in (RolloutBuffer, TritonRolloutBuffer):
+        rng = np.random.default_rng(0)
+        b = cls(T, spaces.Box(-1, 1, (3,)), spaces.Discrete(2), device="cpu", gamma=0.99, gae_lambda=0.95, n_envs=N)
+        b.rewards[:] = rng.normal(size=(T, N))
+        b.values[:] = rng.normal(size=(T, N))
+        b.episode_starts[:] = rng.random((T, N)) < 0.01
+        made.append(b)
+    last = torch.from_numpy(np.random.default_rng(1).normal(size=(N, 1)).astype(np.float32))
+    return made[0], made[1], last, np.zeros(N, dtype=bool)
+
+
+def cpu_section(p, large: tuple, repeat: int, quick: bool) -> dict:
+    import rlscan
+
+    cpu = torch.device("cpu")
+    sync = timing.synchronizer(cpu)
+    out = {}
+    with rlscan.use_backend("cpu"):
+        r, v, d, last = _inputs(8, 16, cpu)
+        call = _time(lambda: _gae(r, v, d, last), sync, repeat)
+        rn, vn, dn, ln = (x.numpy() for x in (r, v, d, last))
+        call_np = _time(lambda: _gae(rn, vn, dn, ln), sync, repeat)
+        fl = floors.measure(cpu, quick)
+        out["per_call_us"] = {"torch_8x16": call * 1e6, "numpy_8x16": call_np * 1e6,
+                              "numba_empty_call": fl.detail.get("numba_call_us")}
+        p.line(f"host · cpu per call at 8×16 (the overhead): torch {call * 1e6:.1f} µs, numpy {call_np * 1e6:.1f} µs")
+        out["sb3"] = _sb3_ratios(p, repeat, sync)
+        out["large"] = _large(p, large, repeat, sync, fl)
+    return out
+
+
+def _sb3_ratios(p, repeat: int, sync) -> dict:
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        return {"status": "skipped: stable-baselines3 is not installed"}
+    out = {}
+    for T, N in SB3_SHAPES:
+        sb3, ours, last, dones = _sb3_buffers(T, N)
+        sb3.compute_returns_and_advantage(last, dones)
+        ours.compute_returns_and_advantage(last, dones)
+        bitwise = bool(np.array_equal(sb3.advantages, ours.advantages) and np.array_equal(sb3.returns, ours.returns))
+        t_sb3 = _time(lambda: sb3.compute_returns_and_advantage(last, dones), sync, repeat, target_s=0.05)
+        t_ours = _time(lambda: ours.compute_returns_and_advantage(last, dones), sync, repeat)
+        out[f"{T}x{N}"] = {"sb3_us": t_sb3 * 1e6, "rlscan_us": t_ours * 1e6, "speedup": t_sb3 / t_ours,
+                           "bitwise": bitwise}
+        p.line(f"host · sb3 buffer {T}×{N} (n_steps × n_envs): SB3 {t_sb3 * 1e6:.0f} µs, rlscan {t_ours * 1e6:.1f} µs, "
+               f"×{t_sb3 / t_ours:.0f}, bit for bit {bitwise}")
+    return out
+
+
+def _large(p, shape: tuple, repeat: int, sync, fl) -> dict:
+    import rlscan
+
+    N, T = shape
+    out = {"shape": [N, T], "copy_bandwidth_GBps": fl.bandwidth / 1e9}
+    for name, case in cases.CASES.items():
+        d = cases.make_inputs(case, T, N, torch.float32, "tn", torch.device("cpu"))
+        got = cases.outputs_of(case.call(rlscan, d))
+        dn = {k: x.numpy() for k, x in d.items()}
+        loop = loops.LOOPS[name]
+        want = loop(dn, case.params, loops.NumpyOps)
+        err = max(float(np.linalg.norm(a.numpy() - b) / max(np.linalg.norm(b), 1e-30)) for a, b in zip(got, want))
+        t_rl = _time(lambda: case.call(rlscan, d), sync, repeat)
+        t_np = _time(lambda: loop(dn, case.params, loops.NumpyOps), sync, repeat)
+        floor = cases.moved_bytes(d, len(got), T, N, torch.float32) / fl.bandwidth
+        out[name] = {"rlscan_us": t_rl * 1e6, "numpy_loop_us": t_np * 1e6, "floor_us": floor * 1e6,
+                     "over_numpy_loop": t_np / t_rl, "over_floor": t_rl / floor, "rel_err_vs_numpy_loop": err}
+        p.line(f"host · cpu {name} {N}×{T}: {t_rl * 1e3:.2f} ms, ×{t_np / t_rl:.2f} the numpy loop, "
+               f"{t_rl / floor:.2f}× the copy floor (rel diff {err:.0e})")
+        del d, dn, got, want
+    return out
+
+
+def run(p, device, shape: tuple, large: tuple, repeat: int, quick: bool) -> dict:
+    """The host section: ``shape`` (N, T) for eager/compiled/autograd, ``large`` for the CPU grid."""
+    N, T = shape
+    started = time.perf_counter()
+    doc = {"method": __doc__.split("\n\n", 1)[1].strip(), "repeat": repeat}
+    doc["compiled"] = compiled_section(p, device, N, T, repeat)
+    doc["autograd"] = autograd_section(p, device, N, T, repeat)
+    doc["cpu"] = cpu_section(p, large, repeat, quick)
+    doc["elapsed_s"] = time.perf_counter() - started
+    return doc
+

@@ -1,0 +1,80 @@
+"""The CPU loop's machinery: its parallel version, huge-page outputs and cached runners change
+no bit of any result (each environment's steps still run in order on one thread)."""
+import numpy as np
+import pytest
+import torch
+
+import rlscan
+from rlscan import _call, _cpu, _fast
+from rlscan_testing import bitwise_equal, make_problem
+
+
+def _run_on_cpu(problem):
+    with rlscan.use_backend("cpu"):
+        return problem.run()
+
+
+@pytest.fixture
+def parallel_everywhere(monkeypatch):
+    """Every call runs the loops' parallel version, as a large call on an idle machine does."""
+    monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(_cpu, "idle_cpus", lambda: 8.0)
+    monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    yield
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+
+
+@pytest.mark.parametrize("op", ["gae", "vtrace", "linear_scan"])
+@pytest.mark.parametrize("shape,time_dim,layout", [((9, 256), 0, "contiguous"), ((9, 4, 3, 5), 0, "sliced"),
+                                                   ((128, 9), 1, "transposed")])
+def test_parallel_loops_are_the_serial_loops_bit_for_bit(op, shape, time_dim, layout, parallel_everywhere):
+    problem = make_problem(op, shape, time_dim=time_dim, layout=layout, seed=3, terminated="random")
+    parallel = _run_on_cpu(problem)
+    runners = list(_call._CPU_RUNNERS.values())
+    assert runners and all(r.blocks != 1 for r in runners)  # the parallel version ran (regrouped: blocks > 1)
+    _cpu.PARALLEL_MIN_ELEMENTS = 1 << 62  # undone by the fixture's monkeypatch
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    serial = _run_on_cpu(problem)
+    assert all(r.blocks == 1 for r in _call._CPU_RUNNERS.values())
+    for a, b in zip(parallel, serial):
+        assert bitwise_equal(a, b)
+
+
+def test_blocks_keep_whole_cache_lines():
+    layout = rlscan._inputs.plan_layout(torch.Size((8, 4096)), 0, [torch.empty(8, 4096)], [])
+    assert _cpu._blocks(layout, 2) == 2
+    layout = rlscan._inputs.plan_layout(torch.Size((8, 100)), 0, [torch.empty(8, 100)], [])
+    assert _cpu._blocks(layout, 2) == 1  # 50 environments per block are too few: serial
+
+
+def test_huge_page_outputs_hold_the_same_bits(monkeypatch):
+    """Outputs of at least HUGE_PAGE_BYTES are advised onto huge pages: only a hint."""
+    problem = make_problem("gae", (1024, 1100), seed=4)
+    assert 1024 * 1100 * 4 >= _cpu.HUGE_PAGE_BYTES
+    _call._CPU_RUNNERS.clear()
+    advised = _run_on_cpu(problem)
+    assert any(r.huge for r in _call._CPU_RUNNERS.values())
+    monkeypatch.setattr(_cpu, "HUGE_PAGE_BYTES", 1 << 62)
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    plain = _run_on_cpu(problem)
+    for a, b in zip(advised, plain):
+        assert bitwise_equal(a, b)
+    _call._CPU_RUNNERS.clear()
+
+
+def test_compiled_calls_reuse_one_runner():
+    """Inside torch.compile the custom op runs the CPU loop through the runner cached by signature."""
+    _call._CPU_RUNNERS.clear()
+    r, v = torch.randn(6, 3), torch.randn(6, 3)
+    boot = torch.randn(3)
+    f = torch.compile(lambda r, v, b: rlscan.gae(r, v, bootstrap_value=b).advantages, fullgraph=True, backend="eager")
+    for _ in range(3):
+        f(r, v, boot)
+    assert len(_call._CPU_RUNNERS) == 1
+    expected = rlscan.reference.gae(r.double(), v.double(), bootstrap_value=boot.double()).advantages
+    np.testing.assert_allclose(f(r, v, boot).numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
