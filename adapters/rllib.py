@@ -65,8 +65,8 @@ class RLScanGAE(GeneralAdvantageEstimation):
     the batch as RLlib does, and writes the same ``advantages`` (standardised over the
     batch) and ``value_targets`` columns, as float32 tensors on the value function's
     device. The batch holds every episode one after another, each already lengthened by
-    one artificial step (``AddOneTsToEpisodesAndTruncate``) whose value is the bootstrap,
-    so the whole batch is one sequence of ``L`` steps for one rlscan call::
+    one artificial step (``AddOneTsToEpisodesAndTruncate``) whose value is the bootstrap;
+    RLlib runs one recurrence over the ``L`` steps of the whole batch::
 
         ν_t = 1 − terminated_t
         κ_t = (1 − terminated_t)(1 − truncated_t)          (κ_{L−1} = 0)
@@ -78,7 +78,8 @@ class RLScanGAE(GeneralAdvantageEstimation):
     episode or a chunk cut by the rollout bootstraps from the artificial step's value, a
     terminated one does not); the artificial step carries neither flag, exactly as in
     RLlib, so its own (masked-out) advantage reads into the next episode and takes part
-    in the standardisation.
+    in the standardisation. rlscan computes the same recurrence in one call, with the
+    episodes side by side (see ``_advantages``).
 
     The recurrence runs in float64, as RLlib's numpy loop does (its ``1.0 − terminateds``
     promotes the loop to float64), and is rounded to float32 once. With ``exact=True``
@@ -165,12 +166,11 @@ def _module_gae(values, rewards, terminateds, truncateds, lengths, gamma, lambda
     # V and V' as two views of one float64 buffer: V'_t = V_{t+1}, and 0 after the batch's last step.
     buffer = torch.zeros(total + 1, dtype=torch.float64, device=device)
     buffer[:total] = v
-    gae = rlscan.gae(
-        flat(rewards).to(torch.float64), buffer[:total], next_values=buffer[1:],
-        terminated=flat(terminateds), truncated=flat(truncateds),
-        gamma=float(gamma), lmbda=float(lambda_), exact=exact,
+    advantages64 = _advantages(
+        flat(rewards).to(torch.float64), buffer, flat(terminateds).bool(), flat(truncateds).bool(),
+        lengths, float(gamma), float(lambda_), exact,
     )
-    value_targets = (gae.advantages.to(torch.float32) + v).to(torch.float32)
+    value_targets = (advantages64.to(torch.float32) + v).to(torch.float32)
     advantages = value_targets - v
     if exact:  # numpy's pairwise float32 mean and std, as RLlib computes them
         host = advantages.cpu().numpy()
@@ -181,6 +181,47 @@ def _module_gae(values, rewards, terminateds, truncateds, lengths, gamma, lambda
     if padded_shape is not None:
         advantages, value_targets = (_repad(x, index, padded_shape) for x in (advantages, value_targets))
     return advantages, value_targets
+
+
+def _advantages(rewards, buffer, terminated, truncated, lengths, gamma, lmbda, exact) -> torch.Tensor:
+    """``Â`` over the flat batch (float64), from one :func:`rlscan.gae` call.
+
+    RLlib's recursion is cut at each episode's last real step (terminated or truncated),
+    so the flat batch falls into independent stretches there: the first episode's real
+    steps, then each bootstrap step with the next episode's real steps, and the last
+    bootstrap step alone. They are laid out as the rows of one zero-padded ``[rows, width]``
+    batch, whose scan is as wide as the number of episodes and as long as the longest one
+    (instead of one sequence as long as the batch). A row's zero padding enters its last
+    real step only as ``γλ · 0 · 0``, where RLlib adds ``γλ · 0 · Â`` of the next step: the
+    same sum for finite values, but for the sign of a zero ``δ``. Batches whose episodes do
+    not all end in a flag run as one sequence.
+    """
+    total = rewards.numel()
+    values, next_values = buffer[:total], buffer[1:]
+    device = rewards.device
+    ends = torch.as_tensor(np.cumsum(lengths) - 2, device=device)  # each episode's last real step
+    if len(lengths) < 2 or min(lengths) < 2 or not bool((terminated[ends] | truncated[ends]).all()):
+        return rlscan.gae(rewards, values, next_values=next_values, terminated=terminated, truncated=truncated,
+                          gamma=gamma, lmbda=lmbda, exact=exact).advantages
+    stretches = [lengths[0] - 1] + list(lengths[1:]) + [1]
+    width = max(stretches)
+    stretch = torch.as_tensor(stretches, device=device)
+    starts = torch.cumsum(stretch, 0) - stretch
+    steps = torch.arange(width, device=device)
+    inside = steps < stretch[:, None]
+    index = (starts[:, None] + steps).clamp_(max=total - 1)  # padding reads any step, then is zeroed
+
+    def rows(x, fill):
+        return torch.where(inside, x[index], fill)
+
+    advantages = rlscan.gae(
+        rows(rewards, 0.0), rows(values, 0.0), next_values=rows(next_values, 0.0),
+        terminated=rows(terminated, False), truncated=rows(truncated, False),
+        gamma=gamma, lmbda=lmbda, time_dim=1, exact=exact,
+    ).advantages
+    row_of_step = torch.repeat_interleave(torch.arange(len(stretch), device=device), stretch, output_size=total)
+    place = row_of_step * width + (torch.arange(total, device=device) - starts[row_of_step])
+    return advantages.reshape(-1)[place]
 
 
 def _repad(x: torch.Tensor, index: torch.Tensor, shape) -> torch.Tensor:

@@ -97,7 +97,8 @@ def _batch(lengths, ends, seed, max_seq_len=None, scale=10.0):
     """A learner batch over episodes of ``lengths`` steps (each with its bootstrap step last).
 
     ``ends[i]`` is "terminated" or "truncated": the flag set at episode i's last real step,
-    as ``AddOneTsToEpisodesAndTruncate`` sets it; the bootstrap step has neither."""
+    as ``AddOneTsToEpisodesAndTruncate`` sets it; the bootstrap step has neither. "neither"
+    leaves the episode's end unflagged (a pipeline without that piece)."""
     g = np.random.default_rng(seed)
     total = sum(lengths)
     values = (scale * g.standard_normal(total)).astype(np.float32)
@@ -106,7 +107,8 @@ def _batch(lengths, ends, seed, max_seq_len=None, scale=10.0):
     start = 0
     for n, end in zip(lengths, ends):
         rewards[start + n - 1] = 0.0  # the bootstrap step's reward
-        (terminateds if end == "terminated" else truncateds)[start + n - 2] = True
+        if end != "neither":
+            (terminateds if end == "terminated" else truncateds)[start + n - 2] = True
         start += n
     columns = {Columns.VF_PREDS: values, Columns.REWARDS: rewards,
                Columns.TERMINATEDS: terminateds, Columns.TRUNCATEDS: truncateds}
@@ -140,6 +142,14 @@ def test_connector_exact_is_rllib_bit_for_bit(lengths, ends, lambda_):
     stock, ours = _both(lengths, ends, seed=len(lengths), exact=True, lambda_=lambda_)
     for key in KEYS:
         assert same_bits(ours[key], stock[key]), key
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_connector_episode_end_without_a_flag(exact):
+    lengths, ends = [6, 9, 4], ["truncated", "neither", "terminated"]
+    stock, ours = _both(lengths, ends, seed=11, exact=exact)
+    for key in KEYS:
+        assert same_bits(ours[key], stock[key]) if exact else close(ours[key], stock[key]), key
 
 
 @pytest.mark.parametrize("lengths,ends", LAYOUTS)
