@@ -158,7 +158,7 @@ def _module_gae(values, rewards, terminateds, truncateds, lengths, gamma, lambda
 
     def flat(x):
         x = _as_tensor(x, device)
-        return x.reshape(-1) if index is None else x.reshape(-1)[index]
+        return x.reshape(-1) if index is None else x.reshape(-1).index_select(0, index)
 
     v = flat(values)
     if v.numel() != total:
@@ -200,33 +200,42 @@ def _advantages(rewards, buffer, terminated, truncated, lengths, gamma, lmbda, e
     values, next_values = buffer[:total], buffer[1:]
     device = rewards.device
     ends = torch.as_tensor(np.cumsum(lengths) - 2, device=device)  # each episode's last real step
-    if len(lengths) < 2 or min(lengths) < 2 or not bool((terminated[ends] | truncated[ends]).all()):
+    flagged = terminated.index_select(0, ends) | truncated.index_select(0, ends)
+    if len(lengths) < 2 or min(lengths) < 2 or not bool(flagged.all()):
         return rlscan.gae(rewards, values, next_values=next_values, terminated=terminated, truncated=truncated,
                           gamma=gamma, lmbda=lmbda, exact=exact).advantages
-    stretches = [lengths[0] - 1] + list(lengths[1:]) + [1]
-    width = max(stretches)
-    stretch = torch.as_tensor(stretches, device=device)
-    starts = torch.cumsum(stretch, 0) - stretch
-    steps = torch.arange(width, device=device)
-    inside = steps < stretch[:, None]
-    index = (starts[:, None] + steps).clamp_(max=total - 1)  # padding reads any step, then is zeroed
+    stretches = np.array([lengths[0] - 1] + list(lengths[1:]) + [1])
+    index, inside, place = (torch.as_tensor(a, device=device) for a in _layout(stretches, total))
+    rows, width = inside.shape
 
-    def rows(x, fill):
-        return torch.where(inside, x[index], fill)
+    def laid_out(x, fill):
+        return torch.where(inside, x.index_select(0, index).view(rows, width), fill)
 
     advantages = rlscan.gae(
-        rows(rewards, 0.0), rows(values, 0.0), next_values=rows(next_values, 0.0),
-        terminated=rows(terminated, False), truncated=rows(truncated, False),
+        laid_out(rewards, 0.0), laid_out(values, 0.0), next_values=laid_out(next_values, 0.0),
+        terminated=laid_out(terminated, False), truncated=laid_out(truncated, False),
         gamma=gamma, lmbda=lmbda, time_dim=1, exact=exact,
     ).advantages
-    row_of_step = torch.repeat_interleave(torch.arange(len(stretch), device=device), stretch, output_size=total)
-    place = row_of_step * width + (torch.arange(total, device=device) - starts[row_of_step])
-    return advantages.reshape(-1)[place]
+    return advantages.reshape(-1).index_select(0, place)
+
+
+def _layout(stretches: np.ndarray, total: int):
+    """Host index arithmetic for stretches of these lengths laid out as ``[rows, width]`` rows:
+    the flat step each place reads (padding reads any, then is zeroed), which places are
+    inside a stretch, and the place of each flat step."""
+    width = int(stretches.max())
+    starts = np.cumsum(stretches) - stretches
+    steps = np.arange(width)
+    index = np.minimum(starts[:, None] + steps, total - 1).reshape(-1)
+    inside = steps < stretches[:, None]
+    row_of_step = np.repeat(np.arange(len(stretches)), stretches)
+    place = row_of_step * width + np.arange(total) - starts[row_of_step]
+    return index, inside, place
 
 
 def _repad(x: torch.Tensor, index: torch.Tensor, shape) -> torch.Tensor:
     out = torch.zeros(shape[0] * shape[1], dtype=x.dtype, device=x.device)
-    out[index] = x
+    out.index_copy_(0, index, x)
     return out.view(shape)
 
 
