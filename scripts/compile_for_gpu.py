@@ -48,6 +48,7 @@ def cases():
     boot, init = torch.randn(N), torch.randn(N)
     q_values, probs = torch.randn(T, N, A), torch.softmax(torch.randn(T, N, A), -1)
     actions = torch.randint(0, A, (T, N))
+    q_values18, probs18 = torch.randn(T, N, 18), torch.softmax(torch.randn(T, N, 18), -1)
     g_t = torch.rand(T, 1)
     mask = torch.rand(N, T) < 0.8
     rb, vb = torch.randn(N, T), torch.randn(N, T).to(torch.bfloat16)
@@ -60,6 +61,15 @@ def cases():
         "retrace": lambda **k: rlscan.retrace(r, q, e, lr, bootstrap_value=boot, terminated=term, **k),
         "retrace_from_q": lambda **k: rlscan.retrace_from_q(r, q_values, actions, probs, lr, bootstrap_value=boot,
                                                            terminated=term, **k),
+        "retrace_from_q 4 actions [N, T]": lambda **k: rlscan.retrace_from_q(  # the tables' vector path
+            r.t().contiguous(), q_values.transpose(0, 1)[..., :4].contiguous(), actions.t().clamp(max=3).contiguous(),
+            probs.transpose(0, 1)[..., :4].contiguous(), lr.t().contiguous(), bootstrap_value=boot,
+            terminated=term.t().contiguous(), time_dim=1, **k),
+        "retrace_from_q 18 actions": lambda **k: rlscan.retrace_from_q(
+            r, q_values18, actions, probs18, lr, bootstrap_value=boot, terminated=term, **k),
+        "retrace_from_q strided table": lambda **k: rlscan.retrace_from_q(
+            r, q_values.movedim(-1, 0).contiguous().movedim(0, -1), actions, probs, lr, bootstrap_value=boot,
+            terminated=term, **k),
         "eligibility_traces": lambda **k: rlscan.eligibility_traces(x, dones=term, gamma=0.9, lmbda=0.8, initial=init, **k),
         "episodic_cumsum": lambda **k: rlscan.episodic_cumsum(x, dones=term, initial=init, **k),
         "linear_scan": lambda **k: rlscan.linear_scan(x, b, reverse=True, initial=init, **k),

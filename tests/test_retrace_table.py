@@ -53,3 +53,55 @@ def test_retrace_from_q_paths(config, A, time_dim):
     assert any(isinstance(p, TablePlan) for p in plans) != exact  # the prologue ran, except for exact
     for g, w in zip(got, want):
         assert_close(g.cpu(), torch.as_tensor(w), torch.float64, f"{config} A={A}")
+
+
+def _run(args, kwargs):
+    device = path_for("triton").device
+    moved = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    launch._PLANS.clear()
+    with rlscan.use_backend("triton"):
+        got = rlscan.retrace_from_q(*map(moved, args.values()), **{k: moved(v) for k, v in kwargs.items()})
+        plans = [p for p in launch._PLANS.values() if isinstance(p, TablePlan)]
+    assert len(plans) == 1
+    return got, plans[0].constexprs["FLAT_A"]
+
+
+@pytest.mark.parametrize("A", [1, 4, 18])
+@pytest.mark.parametrize("time_dim", [0, 1, 2], ids=["time-first", "time-last", "two-groups"])
+def test_flat_tables_take_the_vector_path(A, time_dim):
+    """Contiguous inputs: the prologue reads the tables as rows of ``A`` consecutive values
+    (``FLAT_A = A``), and its numbers are the reference's."""
+    args, kwargs = _problem(9, 3, A, time_dim, "bootstrap", seed=A + time_dim)
+    want = reference.retrace_from_q(*args.values(), **kwargs)
+    got, flat = _run(args, kwargs)
+    assert flat == A
+    for g, w in zip(got, want):
+        assert_close(g.cpu(), torch.as_tensor(w), torch.float64, f"A={A}")
+
+
+def _strided(x, how):
+    """``x`` as a view of the same values laid out otherwise in memory."""
+    if how == "actions-first":  # the action axis slowest
+        return x.movedim(-1, 0).contiguous().movedim(0, -1)
+    if how == "padded":  # every row of actions inside a wider row
+        wide = torch.zeros(x.shape[:-1] + (x.shape[-1] + 3,), dtype=x.dtype)
+        wide[..., 1:x.shape[-1] + 1] = x
+        return wide[..., 1:x.shape[-1] + 1]
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["actions-first", "padded", "series"])
+@pytest.mark.parametrize("time_dim", [0, 1], ids=["time-first", "time-last"])
+def test_strided_inputs_take_the_general_path(how, time_dim):
+    """Tables not in rows of consecutive actions, or a series out of memory order: the
+    general prologue (``FLAT_A = 0``), with the same numbers."""
+    args, kwargs = _problem(9, 3, 4, time_dim, "bootstrap", seed=11 + time_dim)
+    if how == "series":
+        args["behaviour_log_probs"] = args["behaviour_log_probs"].t().contiguous().t()
+    else:
+        args["q_values"], args["target_probs"] = _strided(args["q_values"], how), _strided(args["target_probs"], how)
+    want = reference.retrace_from_q(*args.values(), **kwargs)
+    got, flat = _run(args, kwargs)
+    assert flat == 0
+    for g, w in zip(got, want):
+        assert_close(g.cpu(), torch.as_tensor(w), torch.float64, how)

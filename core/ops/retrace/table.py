@@ -6,6 +6,12 @@ memory order, and writes the per-step series of :func:`rlscan.retrace`::
 then the plain Retrace scan runs on them. At 4096 x 2048 with 4 actions this ran 1.9x
 faster than reducing the tables inside the scan's tiles, as fast at 4096 x 128
 (scripts/h200_seed.py, docs/benchmarks.md, issue #18); the exact path keeps the fused kernel.
+
+Contiguous inputs (every series in one memory order, the tables in rows of consecutive
+actions, up to ``MAX_BLOCK_A`` of them) take the prologue's vector path: no position is
+divided into its indices and the number of actions is a compile-time constant, so the rows
+load as 16-byte vectors for 4 actions (8 bytes for 6 or 18); anything else takes the
+strided path (scripts/h200_retrace_table.py times one beside the other).
 """
 from __future__ import annotations
 
@@ -22,10 +28,15 @@ MAX_BLOCK_A = 64  # actions per load; more are read in a loop
 @triton.jit
 def table_prologue_kernel(Q, sq, P, sp, ACT, s_act, MU, s_mu, QT, E, LR, s_out, T, B, B_lo,
                           ACC: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_A: tl.constexpr, TIME_FAST: tl.constexpr,
-                          TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+                          TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, FLAT_A: tl.constexpr):
     """``BLOCK_P`` positions of the ``[T, B]`` grid, taken in memory order (time fastest for
     inputs contiguous along time), each with its row of actions: ``q``, ``E`` and ``log ρ``
-    (NaN ``q`` for an action outside ``[0, A)``)."""
+    (NaN ``q`` for an action outside ``[0, A)``).
+
+    ``FLAT_A > 0``: for some numbering ``p`` of the positions, every series lies at ``p`` and
+    both tables at ``p * FLAT_A + a`` (contiguous inputs, any order of axes), so no index is
+    divided and, with the number of actions known to the compiler, a thread's row of actions
+    is one vector load where ``FLAT_A`` allows (16 bytes for 4 actions, 8 for 6 or 18)."""
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     if WIDE:
         p = tl.program_id(0).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -33,43 +44,84 @@ def table_prologue_kernel(Q, sq, P, sp, ACT, s_act, MU, s_mu, QT, E, LR, s_out, 
         m = p < T.to(tl.int64) * B
     else:
         m = p < T * B
-    if TIME_FAST:
-        t = p % T
-        b = p // T
+    if FLAT_A > 0:
+        a = tl.load(ACT + p, mask=m, other=0)
+        mu = tl.load(MU + p, mask=m, other=0).to(ACC)
+        valid = (a >= 0) & (a < FLAT_A)
+        e = tl.zeros([BLOCK_P], ACC)
+        q = tl.zeros([BLOCK_P], ACC)
+        p_taken = tl.zeros([BLOCK_P], ACC)
+        # the actions in runs of 2**j, one for each bit of FLAT_A (18 = 2 + 16): no lane masked off
+        for j in tl.static_range(7):
+            if (FLAT_A >> j) & 1:
+                k = (FLAT_A & ((1 << j) - 1)) + tl.arange(0, 1 << j)[None, :]
+                row = (p * FLAT_A)[:, None] + k
+                qk = tl.load(Q + row, mask=m[:, None], other=0).to(ACC)
+                pk = tl.load(P + row, mask=m[:, None], other=0).to(ACC)
+                hit = k == a[:, None]
+                e += tl.sum(qk * pk, axis=1)
+                q += tl.sum(tl.where(hit, qk, 0), axis=1)
+                p_taken += tl.sum(tl.where(hit, pk, 0), axis=1)
+        off = p
     else:
-        t = p // B
-        b = p % B
-    if TWO_LEVEL:
-        b_hi = b // B_lo
-        b_lo = b % B_lo
-    else:
-        b_hi = b * 0
-        b_lo = b
-    n_actions = sq[4]
-    a = tl.load(ACT + t * s_act[0] + b_hi * s_act[1] + b_lo * s_act[2], mask=m, other=0)
-    mu = tl.load(MU + t * s_mu[0] + b_hi * s_mu[1] + b_lo * s_mu[2], mask=m, other=0).to(ACC)
-    valid = (a >= 0) & (a < n_actions)
-    q_row = (t * sq[0] + b_hi * sq[1] + b_lo * sq[2])[:, None]
-    p_row = (t * sp[0] + b_hi * sp[1] + b_lo * sp[2])[:, None]
-    e = tl.zeros([BLOCK_P], ACC)
-    q = tl.zeros([BLOCK_P], ACC)
-    p_taken = tl.zeros([BLOCK_P], ACC)
-    for a0 in range(0, n_actions, BLOCK_A):
-        k = a0 + tl.arange(0, BLOCK_A)[None, :]
-        mk = m[:, None] & (k < n_actions)
-        qk = tl.load(Q + q_row + k * sq[3], mask=mk, other=0).to(ACC)
-        pk = tl.load(P + p_row + k * sp[3], mask=mk, other=0).to(ACC)
-        hit = k == a[:, None]
-        e += tl.sum(qk * pk, axis=1)
-        q += tl.sum(tl.where(hit, qk, 0), axis=1)
-        p_taken += tl.sum(tl.where(hit, pk, 0), axis=1)
+        if TIME_FAST:
+            t = p % T
+            b = p // T
+        else:
+            t = p // B
+            b = p % B
+        if TWO_LEVEL:
+            b_hi = b // B_lo
+            b_lo = b % B_lo
+        else:
+            b_hi = b * 0
+            b_lo = b
+        n_actions = sq[4]
+        a = tl.load(ACT + t * s_act[0] + b_hi * s_act[1] + b_lo * s_act[2], mask=m, other=0)
+        mu = tl.load(MU + t * s_mu[0] + b_hi * s_mu[1] + b_lo * s_mu[2], mask=m, other=0).to(ACC)
+        valid = (a >= 0) & (a < n_actions)
+        q_row = (t * sq[0] + b_hi * sq[1] + b_lo * sq[2])[:, None]
+        p_row = (t * sp[0] + b_hi * sp[1] + b_lo * sp[2])[:, None]
+        e = tl.zeros([BLOCK_P], ACC)
+        q = tl.zeros([BLOCK_P], ACC)
+        p_taken = tl.zeros([BLOCK_P], ACC)
+        for a0 in range(0, n_actions, BLOCK_A):
+            k = a0 + tl.arange(0, BLOCK_A)[None, :]
+            mk = m[:, None] & (k < n_actions)
+            qk = tl.load(Q + q_row + k * sq[3], mask=mk, other=0).to(ACC)
+            pk = tl.load(P + p_row + k * sp[3], mask=mk, other=0).to(ACC)
+            hit = k == a[:, None]
+            e += tl.sum(qk * pk, axis=1)
+            q += tl.sum(tl.where(hit, qk, 0), axis=1)
+            p_taken += tl.sum(tl.where(hit, pk, 0), axis=1)
+        off = t * s_out[0] + b_hi * s_out[1] + b_lo * s_out[2]
     zero = q * 0
     q = tl.where(valid, q, zero / zero)
     p_taken = tl.where(valid, p_taken, 1)
-    off = t * s_out[0] + b_hi * s_out[1] + b_lo * s_out[2]
     tl.store(QT + off, q, mask=m)
     tl.store(E + off, e, mask=m)
     tl.store(LR + off, tl.log(p_taken) - mu, mask=m)
+
+
+def _extents(layout):
+    return layout.T, (layout.B // layout.B_lo if layout.two_level else 1), layout.B_lo
+
+
+def _dense(layout, strides) -> bool:
+    """Whether ``[T, B]`` strides ``(s_t, s_hi, s_lo)`` cover ``T * B`` consecutive elements,
+    each once (the axes in any order; the stride of an axis of one element never matters)."""
+    axes = sorted((s, n) for n, s in zip(_extents(layout), strides[:3]) if n > 1)
+    step = 1
+    for s, n in axes:
+        if s != step:
+            return False
+        step *= n
+    return True
+
+
+def _flat(layout, strides, like, unit) -> bool:
+    """Whether a tensor lies at ``p * unit`` wherever ``like`` (dense) lies at ``p``."""
+    return all(n == 1 or s == unit * r for n, s, r in zip(_extents(layout), strides[:3], like[:3]))
 
 
 class TablePlan:
@@ -87,9 +139,15 @@ class TablePlan:
         self.grid = (math.ceil(layout.T * layout.B / self.block_p), 1, 1)
         from ..._triton.launch import _acc_dtype
 
+        fast = bool(time_contiguous)
+        # every input and the scratch series in one memory order, the tables in rows of actions
+        flat = (n_actions <= MAX_BLOCK_A and in_strides[1][3] == 1 and in_strides[2][3] == 1
+                and _dense(layout, out_strides)
+                and all(_flat(layout, in_strides[i], out_strides, n_actions) for i in (1, 2))
+                and all(_flat(layout, in_strides[i], out_strides, 1) for i in (3, 4)))
         self.constexprs = dict(ACC=_acc_dtype(compute_dtype), BLOCK_P=self.block_p, BLOCK_A=self.block_a,
-                               TIME_FAST=bool(time_contiguous), TWO_LEVEL=layout.two_level,
-                               WIDE=wide or layout.T * layout.B >= 2**31)
+                               TIME_FAST=fast, TWO_LEVEL=layout.two_level,
+                               WIDE=wide or layout.T * layout.B >= 2**31, FLAT_A=n_actions if flat else 0)
         self.inner = inner_plan
         self.compiled = None
 
