@@ -13,7 +13,10 @@ falls back to) is compiled, each distinct (kernel, constexprs, signature, target
     python scripts/compile_for_gpu.py                       # the full matrix, sm_90 and sm_80
     python scripts/compile_for_gpu.py --target sm_80 --group backward
     python scripts/compile_for_gpu.py --matrix small        # every branch, fewer layouts/dtypes
+    python scripts/compile_for_gpu.py --matrix ci --once-per-setting   # each setting for one call
     python scripts/compile_for_gpu.py --list                # the cases and settings, no compiling
+
+``RLSCAN_COMPILE_LOG=1`` prints each compile's time.
 
 Groups: ``forward`` (fp32, every op, shape, layout and flag dtype), ``dtypes`` (fp16, bf16,
 fp64), ``backward`` (the fused backward kernels), ``exact``, ``deterministic`` (under
@@ -104,6 +107,11 @@ CI = {
 }
 
 
+# the calls Triton 3.6.0 could not compile before the chunk pairs' tile had 16 rows
+ALWAYS = [("forward", op, layout, 512, 2048, "fp32", flag, "forward") for op in ("gae", "retrace")
+          for layout in ("NT", "BT1") for flag in ("bool", "uint8")]
+
+
 class Spec(tuple):
     """One call: ``(group, op, layout, N, T, dtype, flag, mode)``, mode ``forward``,
     ``backward``, ``exact``, ``deterministic`` or a forced setting's name."""
@@ -184,7 +192,7 @@ GROUPS = ("forward", "dtypes", "backward", "exact", "deterministic", "forced", "
 class Compiler:
     """Compiles kernels for one target, each distinct one once."""
 
-    def __init__(self, target: str, dry: bool = False):
+    def __init__(self, target: str, dry: bool = False, once_per_setting: bool = False):
         cc, self.n_sm = TARGETS[target]
         self.name, self.target, self.dry = target, GPUTarget("cuda", cc, 32), dry
         self.backend = make_backend(self.target)
@@ -193,11 +201,19 @@ class Compiler:
         self.settings: set = set()
         self.seconds = 0.0
         self.case = ""
+        # once_per_setting: a setting's kernels compiled for one call stand for every other call
+        # with that setting (except the calls of ALWAYS)
+        self.once_per_setting, self.always, self.settings_compiled = once_per_setting, False, set()
 
     def compile(self, fn, grid, args, kwargs) -> None:
         binder = create_function_from_signature(fn.signature, fn.params, self.backend)
         bound, specialization, options = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(self.backend, kwargs, bound, specialization, options)
+        if self.once_per_setting and not self.always:
+            by_setting = (fn.__name__, setting_name(self.cfg), kwargs.get("PHASE"))
+            if by_setting in self.settings_compiled:
+                return
+            self.settings_compiled.add(by_setting)
         src = ASTSource(fn, signature, constexprs, attrs)
         key = (src.hash(), tuple(sorted((k, str(v)) for k, v in options.__dict__.items())))
         if key not in self.done:
@@ -278,6 +294,8 @@ def main(argv=None) -> int:
     parser.add_argument("--group", action="append", choices=GROUPS, help="repeatable; default all")
     parser.add_argument("--matrix", choices=("full", "small", "ci"), default="full")
     parser.add_argument("--list", action="store_true", help="list the calls and settings; compile nothing")
+    parser.add_argument("--once-per-setting", action="store_true",
+                        help="compile each launch setting for one call only (and every call Triton 3.6 failed on)")
     parser.add_argument("--json", help="write the counts, settings and failures here")
     opts = parser.parse_args(argv)
     if "wide" in (opts.group or ()):
@@ -287,11 +305,11 @@ def main(argv=None) -> int:
     report = dict(triton=triton.__version__, torch=torch.__version__, matrix=opts.matrix, groups=groups, targets={})
     failed = 0
     for target in opts.target or sorted(TARGETS, reverse=True):
-        compiler = Compiler(target, dry=opts.list)
+        compiler = Compiler(target, dry=opts.list, once_per_setting=opts.once_per_setting)
         start = time.perf_counter()
         with as_on_gpu(compiler):
             for spec in specs:
-                compiler.case = spec.label()
+                compiler.case, compiler.always = spec.label(), spec in ALWAYS
                 try:
                     run_spec(spec)
                 except Exception as exc:  # noqa: BLE001 - a call that fails before compiling

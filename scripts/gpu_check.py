@@ -16,6 +16,7 @@ that many seconds (those left are reported as not run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -99,27 +100,27 @@ def _on_cpu64(x):
     return x
 
 
-class Recorder:
-    """The settings the launch plans ran during a call."""
+@contextlib.contextmanager
+def recording(settings: list):
+    """Append the setting each launch plan ran (``"CPU"`` where it fell back to the CPU path)."""
+    real = L.LaunchPlan.__call__
 
-    def __init__(self):
-        self.settings = []
-        self.real = L.LaunchPlan.__call__
-        recorder = self
+    def call(plan, ins, outs, scalars):
+        real(plan, ins, outs, scalars)
+        settings.append("CPU" if plan.on_cpu else setting_name(plan.cfg))
 
-        def call(plan, ins, outs, scalars):
-            recorder.real(plan, ins, outs, scalars)
-            recorder.settings.append("CPU" if plan.on_cpu else setting_name(plan.cfg))
-
-        L.LaunchPlan.__call__ = call
+    L.LaunchPlan.__call__ = call
+    try:
+        yield settings
+    finally:
+        L.LaunchPlan.__call__ = real
 
 
 def check(spec, device) -> dict:
     op, layout, N, T, dtype, flag, grad = spec
     case = make_case(op, layout, N, T, DTYPES[dtype], flag, device=device, seed=hash((op, N, T)) % 1000)
     row = dict(op=op, layout=layout, shape=f"{N}x{T}", dtype=dtype, flag=flag, direction="backward" if grad else "forward")
-    recorder.settings = []
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, recording([]) as settings:
         warnings.simplefilter("always", L.CompileFallbackWarning)
         if grad:
             weights = None
@@ -143,7 +144,7 @@ def check(spec, device) -> dict:
     if device == "cuda":
         torch.cuda.synchronize()
     err = max((_error(a.to(torch.float64), b) for a, b in pairs), default=0.0)
-    row.update(setting=sorted(set(recorder.settings)), error=err, tol=tol, ok=err <= tol,
+    row.update(setting=sorted(set(settings)), error=err, tol=tol, ok=err <= tol,
                fallbacks=[str(w.message)[:300] for w in caught if issubclass(w.category, L.CompileFallbackWarning)])
     row["ok"] = row["ok"] and not row["fallbacks"]
     return row
@@ -204,8 +205,6 @@ def main(argv=None) -> int:
             json.dump(dict(header, rows=rows, not_run=[list(s) for s in skipped]), f, indent=1)
     return 1 if failed or skipped else 0
 
-
-recorder = Recorder()
 
 if __name__ == "__main__":
     sys.exit(main())
