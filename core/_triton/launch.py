@@ -362,7 +362,7 @@ def _warn_fallback(cfg: Config, exc: Exception, instead: str) -> None:
     """Warn once per (setting, Triton version) that ``cfg`` failed and ``instead`` runs."""
     import triton
 
-    key = (cfg, triton.__version__)
+    key = (cfg._replace(n_chunks=1, chunk_len=0, block_c=1), triton.__version__)  # the setting, not the shape's chunks
     if key in _WARNED:
         return
     _WARNED.add(key)
