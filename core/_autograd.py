@@ -26,8 +26,26 @@ class _FusedFunction(torch.autograd.Function):
         n = len(saved) - ctx.op.n_out
         if all(g is None for g in grads):
             return (None,) * (4 + n)
-        grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
+        from ._triton.launch import NoKernel
+
+        try:
+            grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
+        except NoKernel:  # no backward kernel compiles on this stack: differentiate the op's torch form
+            grads_in = _through_torch_form(ctx, saved[:n], grads)
         return (None, None, None, None) + tuple(grads_in)
+
+
+def _through_torch_form(ctx, tensors: tuple, grads: tuple) -> tuple:
+    """The inputs' gradients through ``op.differentiable`` (torch operations around
+    :func:`rlscan.linear_scan`), for where the fused backward kernel cannot run."""
+    needs = ctx.needs_input_grad[4:]
+    leaves = [t.detach().requires_grad_() if t is not None and need else t for t, need in zip(tensors, needs)]
+    with torch.enable_grad():
+        outs = ctx.op.differentiable(ctx.call, *leaves, *ctx.scalars)
+    wanted = [x for x, need in zip(leaves, needs) if x is not None and need]
+    pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+    found = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True))
+    return tuple(next(found) if x is not None and need else None for x, need in zip(leaves, needs))
 
 
 def _triton_only(*args):

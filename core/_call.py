@@ -373,6 +373,7 @@ class Call:
             tuple(layout.strides(next(o for o in outs if o is not None))),
             compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
             init_strides=tuple(layout.batch_strides(init)), signature=signature,
+            cpu_fallback=None if op.cpu is _no_cpu_path() else _on_cpu(self, op, exact),
         )
 
     def _split(self, op, tensors, scalars, outs, exact, path) -> None:
@@ -390,6 +391,37 @@ class Call:
             )
             sub.anchor = self.anchor.select(d, i)
             sub.compute(op, picked, scalars, tuple(None if o is None else o.select(d, i) for o in outs), exact, path)
+
+
+def _no_cpu_path():
+    from ._autograd import _triton_only
+
+    return _triton_only
+
+
+def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
+    """``x`` on the CPU with the same shape and strides (broadcast axes stay broadcast)."""
+    span = sum((n - 1) * s for n, s in zip(x.shape, x.stride()) if n > 1) + 1
+    flat = x.as_strided((span,), (1,)).cpu()
+    return flat.as_strided(x.shape, x.stride())
+
+
+def _on_cpu(call: Call, op: OpSpec, exact: bool):
+    """What runs ``op`` where no Triton kernel compiles: the CPU path on copies of the inputs,
+    the results copied back (a launch plan's last resort)."""
+    template = dict(call.__dict__, anchor=None, device=torch.device("cpu"))
+
+    def run(ins, outs, scalars):
+        sub = Call.__new__(Call)
+        sub.__dict__.update(template)
+        cpu_outs = tuple(None if o is None else torch.empty(o.shape, dtype=o.dtype) for o in outs)
+        sub.anchor = next(o for o in cpu_outs if o is not None)
+        sub.compute(op, tuple(None if t is None else _cpu_copy(t) for t in ins), scalars, cpu_outs, exact, path="cpu")
+        for o, c in zip(outs, cpu_outs):
+            if o is not None:
+                o.copy_(c)
+
+    return run
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:

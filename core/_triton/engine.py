@@ -208,8 +208,14 @@ def _edge(x, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr, KEEP_DIMS: tl.constex
 
 @triton.jit
 def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Fold the pairs of the chunks before ``chunk`` (in scan order) into ``carry``."""
-    c = tl.arange(0, BLOCK_C)[:, None]
+    """Fold the pairs of the chunks before ``chunk`` (in scan order) into ``carry``.
+
+    The tile of pairs has at least 16 rows (the rows past ``n_chunks`` are identity pairs):
+    the compiler may give it the layout of the kernel's time tiles, whose loads of 1-byte
+    flags put up to 16 rows in each thread, and Triton 3.6 cannot lower a scan over fewer
+    rows than a thread holds (an assertion in ``ScanOpToLLVM.cpp``)."""
+    ROWS: tl.constexpr = BLOCK_C if BLOCK_C >= 16 else 16
+    c = tl.arange(0, ROWS)[:, None]
     if REVERSE:
         before = c > chunk
     else:
@@ -218,7 +224,7 @@ def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.conste
     a = tl.load(AGG + c * B + b, mask=m, other=0)
     k = tl.load(AGG + (n_chunks + c) * B + b, mask=m, other=1)
     sa, sk = tl.associative_scan((a, k), 0, compose, reverse=REVERSE)
-    return _edge(sa, REVERSE, BLOCK_C) + _edge(sk, REVERSE, BLOCK_C) * carry
+    return _edge(sa, REVERSE, ROWS) + _edge(sk, REVERSE, ROWS) * carry
 
 
 @triton.jit

@@ -35,6 +35,10 @@ spill registers:
 * ``exact``: the stripe kernel with one step per stripe (a plain sequential loop) and
   fused multiply-adds off, in the reference loop's order.
 
+A setting that this Triton cannot compile (or launch) is never the user's problem: the plan
+warns once per setting and Triton version (:class:`CompileFallbackWarning`) and moves to the
+next setting, down to the sequential kernel; where even that fails, the op runs on the CPU.
+
 Launches skip Triton's generic ``JITFunction.run`` after the first call for a given
 signature: a :class:`LaunchPlan` keeps the compiled kernel and calls its launcher
 directly, passing Triton's launch hooks through.
@@ -357,6 +361,47 @@ def _acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
+class CompileFallbackWarning(RuntimeWarning):
+    """A launch setting failed to compile or launch on this stack; rlscan ran another."""
+
+
+class NoKernel(RuntimeError):
+    """No launch setting compiled, and the op has no CPU path to run instead."""
+
+
+_WARNED: set = set()
+
+
+def _warn_fallback(cfg: Config, exc: Exception, instead: str) -> None:
+    """Warn once per (setting, Triton version) that ``cfg`` failed and ``instead`` runs."""
+    import triton
+
+    key = (cfg._replace(n_chunks=1, chunk_len=0, block_c=1), triton.__version__)  # the setting, not the shape's chunks
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+    import warnings
+
+    warnings.warn(f"rlscan: launch setting {cfg} failed to compile or launch under Triton {triton.__version__} "
+                  f"({type(exc).__name__}: {lines[-1][:200] if lines else ''}); running {instead} instead",
+                  CompileFallbackWarning, stacklevel=4)
+
+
+def _sequential(T: int, B: int) -> Config:
+    """The last setting a plan tries: one step per stripe, a plain loop over time (exact mode's
+    kernel, with fused multiply-adds allowed)."""
+    block_b = min(128, _pow2(B))
+    return Config("stripe", block_b, max(1, min(4, block_b // 32)), chunk_len=T)
+
+
+def _compile_and_launch(fn, grid, args, kwargs):
+    """Triton's own launch path: on the first call for a signature it compiles the kernel, so a
+    setting this Triton cannot compile fails here (tests replace it to fail a setting under the
+    interpreter, which compiles nothing)."""
+    return fn[grid](*args, **kwargs)
+
+
 class LaunchPlan:
     """Everything about a launch that depends only on the call's signature (shapes,
     strides, dtypes, pointer alignment, settings), prepared once and reused; calling it
@@ -376,7 +421,7 @@ class LaunchPlan:
     disabled_reason = ""
 
     def __init__(self, spec, layout, ins, in_strides, outs, out_strides, init_strides, *, compute_dtype,
-                 time_contiguous, exact, device, wide, init_of):
+                 time_contiguous, exact, device, wide, init_of, cpu_fallback=None):
         self.spec, self.layout = spec, layout
         series = sum(x is not None and s[0] != 0 for x, s in zip(ins, in_strides)) + sum(o is not None for o in outs)
         self.candidates = choose_configs(layout.T, layout.B, time_contiguous, exact, device, spec[2], series,
@@ -388,6 +433,10 @@ class LaunchPlan:
         self.wide = wide
         self.exact = exact
         self.strides = (in_strides, out_strides, init_strides)
+        # every setting the plan may run, in order: the candidates, then the sequential kernel
+        last = _sequential(layout.T, layout.B)
+        self.chain = self.candidates + ((last,) if last not in self.candidates else ())
+        self.cpu_fallback, self.on_cpu = cpu_fallback, False
         self._use(self.candidates[0])
         self._scalars, self._parts = None, ()
 
@@ -398,6 +447,7 @@ class LaunchPlan:
 
         coeffs, emit, reverse = self.spec
         T, B = self.layout.T, self.layout.B
+        self.source = cfg
         if cfg.kind in CHAINED and cfg.link == "words" and self.compute_dtype != torch.float32:
             cfg = cfg._replace(link="flags")  # a word holds two float32 values
         self.cfg = cfg
@@ -463,6 +513,10 @@ class LaunchPlan:
             try:
                 kernel = self.fn.warmup(*self._args(ins, outs), grid=self.grid[:2],
                                         **dict(self.constexprs, PHASE=self.phases[0], **self.options))
+            except Exception as exc:  # noqa: BLE001 - this setting does not compile here: the next one
+                _warn_fallback(self.cfg, exc, "the next setting")
+                continue
+            try:
                 kernel._init_handles()
                 local_bytes = 4 * kernel.n_spills  # Triton reports the local memory size / 4
             except Exception:  # noqa: BLE001 - no inspection: the last candidate (the settings of old)
@@ -476,13 +530,38 @@ class LaunchPlan:
             self._scalars, self._parts = scalars, tuple(split(float(x)) for x in scalars)
         if self.unchecked:
             self._pick_by_local_memory(ins, outs)
+        if self.on_cpu:
+            self.cpu_fallback(ins, outs, scalars)
+            return
         args = self._args(ins, outs)
+        if len(self.compiled) < len(self.phases) or interpreting():
+            try:
+                for phase in self.phases:
+                    compiled = self.compiled.get(phase)
+                    if compiled is None or interpreting():
+                        self._first_launch(phase, args)
+                    else:
+                        self._direct_launch(compiled, args)
+            except Exception as exc:  # noqa: BLE001 - a setting this stack cannot compile or launch
+                self._fall_back(exc)
+                self(ins, outs, scalars)
+            return
         for phase in self.phases:
-            compiled = self.compiled.get(phase)
-            if compiled is None or interpreting():
-                self._first_launch(phase, args)
-            else:
-                self._direct_launch(compiled, args)
+            self._direct_launch(self.compiled[phase], args)
+
+    def _fall_back(self, exc: Exception) -> None:
+        """Move on from the setting that failed with ``exc``: to the next in :attr:`chain`, or
+        to the CPU (warning once per setting and Triton version)."""
+        self.unchecked = False
+        at = self.chain.index(self.source)
+        if at < len(self.chain) - 1:
+            _warn_fallback(self.cfg, exc, f"the setting {self.chain[at + 1]}")
+            self._use(self.chain[at + 1])
+            return
+        if self.cpu_fallback is None:
+            raise NoKernel(f"no launch setting compiled for this call (last: {self.cfg}): {exc!r}") from exc
+        _warn_fallback(self.cfg, exc, "the CPU path")
+        self.on_cpu = True
 
     def _direct_launch(self, compiled, args) -> None:
         run, function, packed, kernel, constexpr_values = compiled
@@ -498,7 +577,7 @@ class LaunchPlan:
 
     def _first_launch(self, phase, args) -> None:
         kwargs = dict(self.constexprs, PHASE=phase, **self.options)
-        kernel = self.fn[self.grid[:2]](*args, **kwargs)
+        kernel = _compile_and_launch(self.fn, self.grid[:2], args, kwargs)
         if interpreting() or not LaunchPlan.direct:
             return
         try:
@@ -543,21 +622,28 @@ def cached_plan(signature) -> Optional[LaunchPlan]:
 
 
 def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
-             init_of=None, init_strides=(0, 0, 0), signature=None) -> LaunchPlan:
+             init_of=None, init_strides=(0, 0, 0), signature=None, cpu_fallback=None) -> LaunchPlan:
     """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``, or
     with a fourth entry that builds the plan instead, outside ``exact``) on a ``[T, B]``
-    grid. ``signature``, when given, identifies everything the plan depends on (the caller
+    grid; ``cpu_fallback(ins, outs, scalars)`` computes it where no setting compiles.
+    ``signature``, when given, identifies everything the plan depends on (the caller
     includes shapes, strides, dtypes and pointer alignment); the plan is cached under it."""
     device = next(o for o in outs if o is not None).device
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
-    if len(spec) == 4 and not exact:
-        # a fourth entry builds a plan of its own: a prologue kernel first (retrace_from_q's tables)
-        plan = spec[3](layout, ins, in_strides, outs, out_strides, compute_dtype=compute_dtype,
-                       time_contiguous=time_contiguous, device=device, wide=wide, init_strides=init_strides)
-    else:
-        plan = LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
+
+    def engine_plan():
+        return LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
                           compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
-                          wide=wide, init_of=init_of)
+                          wide=wide, init_of=init_of, cpu_fallback=cpu_fallback)
+
+    if len(spec) == 4 and not exact:
+        # a fourth entry builds a plan of its own: a prologue kernel first (retrace_from_q's
+        # tables); where that plan fails to compile, the engine's own plan (fused) takes over
+        plan = spec[3](layout, ins, in_strides, outs, out_strides, compute_dtype=compute_dtype,
+                       time_contiguous=time_contiguous, device=device, wide=wide, init_strides=init_strides,
+                       fallback=engine_plan)
+    else:
+        plan = engine_plan()
     if signature is not None:
         if len(_PLANS) >= 4096:
             _PLANS.clear()

@@ -127,10 +127,12 @@ def _flat(layout, strides, like, unit) -> bool:
 class TablePlan:
     """The launch plan of ``retrace_from_q``'s two kernels for one signature: the prologue
     (:func:`table_prologue_kernel`) into three scratch series laid out like the first output,
-    then the plain Retrace plan (``inner``) on them."""
+    then the plain Retrace plan (``inner``) on them. If either fails to compile or launch on
+    this stack, ``fallback()`` builds the plan that runs from then on (the fused kernel, with
+    its own chain of settings), after one warning."""
 
     def __init__(self, layout, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide,
-                 inner_plan):
+                 inner_plan, fallback=None):
         n_actions = in_strides[1][4]
         self.block_a = min(MAX_BLOCK_A, triton.next_power_of_2(n_actions))
         self.block_p = max(16, ELEMENTS // self.block_a)
@@ -150,6 +152,7 @@ class TablePlan:
                                WIDE=wide or layout.T * layout.B >= 2**31, FLAT_A=n_actions if flat else 0)
         self.inner = inner_plan
         self.compiled = None
+        self.fallback, self.replaced_by = fallback, None
 
     @property
     def cfg(self):
@@ -159,6 +162,21 @@ class TablePlan:
         return torch.empty_strided(like.shape, like.stride(), dtype=self.compute_dtype, device=like.device)
 
     def __call__(self, ins, outs, scalars) -> None:
+        if self.replaced_by is not None:
+            self.replaced_by(ins, outs, scalars)
+            return
+        try:
+            self._run(ins, outs, scalars)
+        except Exception as exc:  # noqa: BLE001 - a kernel this stack cannot compile or launch
+            if self.fallback is None:
+                raise
+            from ..._triton.launch import _warn_fallback
+
+            _warn_fallback(self.cfg, exc, "the fused Retrace kernel (no table prologue)")
+            self.replaced_by = self.fallback()
+            self.replaced_by(ins, outs, scalars)
+
+    def _run(self, ins, outs, scalars) -> None:
         r, q_values, probs, actions, mu, ne, boot, term, trunc, g, lam = ins
         like = next(o for o in outs if o is not None)
         q, e, log_rho = self.scratch(like), self.scratch(like), self.scratch(like)
@@ -204,7 +222,8 @@ def _hooks():
     return out
 
 
-def plan(layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide, init_strides):
+def plan(layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide, init_strides,
+         fallback=None):
     """The two-kernel plan (:class:`TablePlan`); its inner plan is plain Retrace's, on scratch
     series strided like the first output."""
     from ..._triton.launch import LaunchPlan
@@ -218,4 +237,4 @@ def plan(layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_cont
                        compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=False, device=device,
                        wide=wide, init_of=None)
     return TablePlan(layout, in_strides, outs, out_strides, compute_dtype=compute_dtype,
-                     time_contiguous=time_contiguous, device=device, wide=wide, inner_plan=inner)
+                     time_contiguous=time_contiguous, device=device, wide=wide, inner_plan=inner, fallback=fallback)

@@ -1,0 +1,202 @@
+"""Every public op called on inputs of one layout, shape, dtype and flag dtype.
+
+``scripts/compile_for_gpu.py`` compiles the kernels these calls launch, for GPUs it does not
+have; ``scripts/gpu_check.py`` runs them on a GPU and checks them against the float64
+references. A case is ``(op, layout, N, T)`` plus the dtypes:
+
+* ``layout``: ``"TN"`` (``[T, N]``, SB3's rollout buffer), ``"NT"`` (``[N, T]``,
+  ``time_dim=1``), ``"BT1"`` (TorchRL's ``[B, T, 1]``, ``time_dim=-2``) or ``"strided"``
+  (``[N, T]`` rows of a ``[N, T + 3]`` buffer: rows that are not 16-byte aligned);
+* ``dtype``: the floating inputs' dtype; ``flag``: ``"bool"``, ``"uint8"`` or ``"float"``
+  (0/1 in ``dtype``).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+
+import rlscan
+import rlscan.reference
+
+LAYOUTS = ("TN", "NT", "BT1", "strided")
+FLAGS = {"bool": torch.bool, "uint8": torch.uint8, "float": None}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
+ACTIONS = 3
+
+# op name -> (public function, how it is called); "gae coefs" passes per-step gamma and lambda tensors
+OPS = ("gae", "gae coefs", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
+       "eligibility_traces", "episodic_cumsum", "linear_scan", "linear_scan forward")
+# the ops whose backward is a fused kernel of its own
+FUSED_BACKWARD = ("gae", "gae coefs", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
+                  "eligibility_traces", "episodic_cumsum")
+
+
+class Case(NamedTuple):
+    op: str
+    fn: Callable  # the public function
+    reference: Callable  # its float64 reference (rlscan.reference)
+    args: tuple
+    kwargs: dict
+
+    def __call__(self, **options):
+        return self.fn(*self.args, **self.kwargs, **options)
+
+    def differentiable(self) -> list:
+        """The floating tensors among the arguments (what a backward differentiates)."""
+        return [x for x in list(self.args) + list(self.kwargs.values())
+                if isinstance(x, torch.Tensor) and x.is_floating_point()]
+
+
+class _Maker:
+    """Tensors of one layout: ``values`` (random, for checks) or uninitialised (for compiles)."""
+
+    def __init__(self, layout, N, T, dtype, device, random, seed):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.layout, self.N, self.T, self.dtype, self.device, self.random = layout, N, T, dtype, device, random
+        self.gen = torch.Generator().manual_seed(seed)
+        self.time_dim = {"TN": 0, "NT": 1, "BT1": -2, "strided": 1}[layout]
+
+    def _full(self, extra=(), dtype=None):
+        """An uninitialised tensor of the layout (plus trailing ``extra`` axes)."""
+        N, T, dtype = self.N, self.T, dtype or self.dtype
+        kw = dict(dtype=dtype, device=self.device)
+        if self.layout == "TN":
+            return torch.empty((T, N) + extra, **kw)
+        if self.layout == "NT":
+            return torch.empty((N, T) + extra, **kw)
+        if self.layout == "BT1":
+            return torch.empty((N, T, 1) + extra, **kw)
+        return torch.empty((N, T + 3) + extra, **kw)[:, :T]
+
+    def _fill(self, x, draw):
+        if self.random:
+            x.copy_(draw(x.shape).to(x.dtype))
+        return x
+
+    def series(self, low=None, high=None):
+        if low is None:
+            return self._fill(self._full(), lambda s: torch.randn(s, generator=self.gen))
+        return self._fill(self._full(), lambda s: low + (high - low) * torch.rand(s, generator=self.gen))
+
+    def batch(self):
+        shape = (self.N, 1) if self.layout == "BT1" else (self.N,)
+        x = torch.empty(shape, dtype=self.dtype, device=self.device)
+        return self._fill(x, lambda s: torch.randn(s, generator=self.gen))
+
+    def flag(self, kind, rate=0.05):
+        dtype = FLAGS[kind] or self.dtype
+        x = self._full(dtype=dtype)
+        if self.random:
+            x.copy_((torch.rand(x.shape, generator=self.gen) < rate).to(dtype))
+        else:
+            x.zero_()
+        return x
+
+    def coef(self):
+        """A per-step coefficient in [0.8, 1] broadcast over environments (one value per step)."""
+        shape = {"TN": (self.T, 1), "NT": (1, self.T), "BT1": (1, self.T, 1), "strided": (1, self.T)}[self.layout]
+        x = torch.empty(shape, dtype=self.dtype, device=self.device)
+        if self.random:
+            x.copy_(0.8 + 0.2 * torch.rand(shape, generator=self.gen))
+        else:
+            x.fill_(0.9)
+        return x
+
+    def table(self, probs=False):
+        x = self._full((ACTIONS,))
+        if self.random:
+            draw = torch.randn(x.shape, generator=self.gen)
+            x.copy_(torch.softmax(draw, -1) if probs else draw)
+        return x
+
+    def actions(self):
+        x = self._full(dtype=torch.int64)
+        if self.random:
+            x.copy_(torch.randint(0, ACTIONS, x.shape, generator=self.gen))
+        else:
+            x.zero_()
+        return x
+
+
+def make_case(op: str, layout: str, N: int, T: int, dtype=torch.float32, flag: str = "bool", device="cpu",
+              random: bool = True, seed: int = 0) -> Case:
+    """The call of ``op`` on fresh inputs: random values when ``random``, else uninitialised
+    floats (all that a compile needs, and no time spent filling them)."""
+    m = _Maker(layout, N, T, dtype, device, random, seed)
+    kw = dict(time_dim=m.time_dim)
+    ref = rlscan.reference
+    if op == "gae":
+        args = (m.series(), m.series())
+        kw.update(next_values=m.series(), terminated=m.flag(flag), truncated=m.flag(flag))
+        return Case(op, rlscan.gae, ref.gae, args, kw)
+    if op == "gae coefs":
+        args = (m.series(), m.series())
+        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag), gamma=m.coef(), lmbda=m.coef())
+        return Case(op, rlscan.gae, ref.gae, args, kw)
+    if op == "td_lambda":
+        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
+        return Case(op, rlscan.td_lambda, ref.td_lambda, (m.series(), m.series()), kw)
+    if op == "discounted_returns":
+        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
+        return Case(op, rlscan.discounted_returns, ref.discounted_returns, (m.series(),), kw)
+    if op == "vtrace":
+        args = (m.series(), m.series(), m.series(-0.5, 0.5))
+        kw.update(next_values=m.series(), terminated=m.flag(flag), truncated=m.flag(flag))
+        return Case(op, rlscan.vtrace, ref.vtrace, args, kw)
+    if op == "retrace":
+        args = (m.series(), m.series(), m.series(), m.series(-0.5, 0.5))
+        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
+        return Case(op, rlscan.retrace, ref.retrace, args, kw)
+    if op == "retrace_from_q":
+        args = (m.series(), m.table(), m.actions(), m.table(probs=True), m.series(-2.0, -0.5))
+        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
+        return Case(op, rlscan.retrace_from_q, ref.retrace_from_q, args, kw)
+    if op == "eligibility_traces":
+        kw.update(dones=m.flag(flag), gamma=0.9, lmbda=0.8, initial=m.batch())
+        return Case(op, rlscan.eligibility_traces, ref.eligibility_traces, (m.series(),), kw)
+    if op == "episodic_cumsum":
+        kw.update(dones=m.flag(flag), initial=m.batch())
+        return Case(op, rlscan.episodic_cumsum, ref.episodic_cumsum, (m.series(),), kw)
+    if op in ("linear_scan", "linear_scan forward"):
+        kw.update(reverse=op == "linear_scan", initial=m.batch())
+        return Case(op, rlscan.linear_scan, ref.linear_scan, (m.series(), m.series(0.5, 1.0)), kw)
+    raise ValueError(f"op must be one of {OPS}, got {op!r}")
+
+
+def backward(case: Case, weights=None):
+    """The gradients of ``sum(w_i * out_i)`` with respect to every floating input (fresh
+    leaves of the case's inputs), ``weights`` the ``w_i`` (ones when None): ``(leaves, grads)``."""
+    leaves = {}
+
+    def leaf(x):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            leaves[id(x)] = y = x.detach().clone().requires_grad_()
+            return y
+        return x
+
+    args = tuple(leaf(x) for x in case.args)
+    kwargs = {k: leaf(x) for k, x in case.kwargs.items()}
+    outs = case.fn(*args, **kwargs)
+    outs = tuple(outs) if isinstance(outs, tuple) else (outs,)
+    inputs = list(leaves.values())
+    weights = weights if weights is not None else [torch.ones_like(o) for o in outs]
+    grads = torch.autograd.grad(outs, inputs, weights, allow_unused=True)
+    return inputs, grads
+
+
+def setting_name(cfg) -> str:
+    """A launch setting (``rlscan._triton.launch.Config``), by what decides its compiled kernel
+    (not its chunk count)."""
+    from rlscan._triton.launch import CHAINED
+
+    shape = f"t{cfg.block_t}" if cfg.kind in ("scan", "chained_scan") else f"{cfg.stripes}x{cfg.steps}"
+    name = f"{cfg.kind} b{cfg.block_b} {shape} w{cfg.num_warps}"
+    if cfg.kind in CHAINED:
+        name += f" {cfg.link} lookback {cfg.lookback}"
+    elif cfg.n_chunks > 1:
+        name += " chunked"
+    if cfg.step_scan != "registers" and cfg.kind in ("block", "chained"):
+        name += f" {cfg.step_scan}"
+    return name

@@ -1,0 +1,96 @@
+"""A launch setting that does not compile never reaches the user (issue #17): the plan warns
+once, naming the setting and the Triton version, runs the next setting (down to the
+sequential kernel, then the CPU path), and the result is the reference's.
+
+The interpreter compiles nothing, so each test makes Triton's compile-and-launch step
+(``launch._compile_and_launch``, where a real compile fails) raise for the settings it picks."""
+import warnings
+
+import pytest
+import torch
+import triton
+
+import rlscan
+from rlscan import _fast
+from rlscan._triton import engine
+from rlscan._triton import launch as L
+from rlscan_testing import assert_matches_reference, make_problem, path_for
+
+
+@pytest.fixture
+def failing(monkeypatch):
+    """``failing(pred)``: from now on, compiling a kernel ``pred(fn, kwargs)`` selects raises
+    as Triton 3.6 did (a PassManager failure); returns the kernels that were tried."""
+    monkeypatch.setattr(L, "_WARNED", set())
+    monkeypatch.setattr(L, "_PLANS", {})
+    monkeypatch.setattr(_fast, "_CACHE", {})
+    tried = []
+    real = L._compile_and_launch
+
+    def install(pred):
+        def compile_and_launch(fn, grid, args, kwargs):
+            tried.append((fn, kwargs.get("PHASE")))
+            if pred(fn, kwargs):
+                raise RuntimeError("PassManager::run failed")
+            return real(fn, grid, args, kwargs)
+
+        monkeypatch.setattr(L, "_compile_and_launch", compile_and_launch)
+        return tried
+
+    return install
+
+
+def _fallback_warnings(record):
+    return [w for w in record if issubclass(w.category, L.CompileFallbackWarning)]
+
+
+def test_a_setting_that_does_not_compile_falls_back_with_one_warning(failing):
+    tried = failing(lambda fn, kw: fn is engine.scan_kernel and kw["PHASE"] == 2)
+    p = make_problem("gae", (40, 3), seed=3, device=path_for("triton").device)
+    with rlscan.use_backend("triton"), L.forced_config(kind="scan", block_t=4, block_b=2, n_chunks=3):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            assert_matches_reference(p)
+            assert_matches_reference(p)  # the plan (and a new one) keep the setting that compiled
+            L._PLANS.clear()
+            _fast._CACHE.clear()
+            assert_matches_reference(p)
+    found = _fallback_warnings(record)
+    assert len(found) == 1, [str(w.message) for w in found]
+    message = str(found[0].message)
+    assert "kind='scan'" in message and f"Triton {triton.__version__}" in message and "kind='stripe'" in message
+    assert (engine.stripe_kernel, 0) in tried
+
+
+def test_when_no_kernel_compiles_the_cpu_path_answers(failing):
+    failing(lambda fn, kw: True)
+    p = make_problem("vtrace", (9, 2), seed=5, device=path_for("triton").device, values="next",
+                     truncated="random")
+    with rlscan.use_backend("triton"):
+        with pytest.warns(L.CompileFallbackWarning) as record:
+            assert_matches_reference(p)
+    # the heuristic's setting, then the sequential kernel: one warning each
+    assert len(_fallback_warnings(record)) == 2
+
+
+def test_backward_when_no_kernel_compiles(failing):
+    """The fused backward falls back to differentiating the op's torch form."""
+    device = path_for("triton").device
+    g = torch.Generator().manual_seed(1)
+    r, v = (torch.randn(8, 3, generator=g, dtype=torch.float64).to(device) for _ in range(2))
+    boot = torch.randn(3, generator=g, dtype=torch.float64).to(device)
+    term = (torch.rand(8, 3, generator=g) < 0.3).to(device)
+
+    def grads():
+        leaves = [x.clone().requires_grad_() for x in (r, v, boot)]
+        adv, ret = rlscan.gae(leaves[0], leaves[1], bootstrap_value=leaves[2], terminated=term, gamma=0.9, lmbda=0.8)
+        return torch.autograd.grad((adv * 1.5 + ret).sum(), leaves)
+
+    with rlscan.use_backend("cpu"):
+        expected = grads()
+    failing(lambda fn, kw: True)
+    with rlscan.use_backend("triton"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", L.CompileFallbackWarning)
+        got = grads()
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
