@@ -156,6 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--all", action="store_true", help="also the calls whose kernels take minutes to compile")
     parser.add_argument("--budget-s", type=float, default=230.0)
     parser.add_argument("--limit", type=int, default=0, help="run only the first N checks")
+    parser.add_argument("--start", type=int, default=0, help="skip the first N checks (a run continued)")
     opts = parser.parse_args(argv)
     if torch.cuda.is_available():
         device = "cuda"
@@ -165,6 +166,7 @@ def main(argv=None) -> int:
         device = "cpu"
         rlscan.set_backend("triton")
     specs = plan_cases(opts.small, opts.all)
+    specs = specs[opts.start:]
     if opts.limit:
         specs = specs[:opts.limit]
     import triton
