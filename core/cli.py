@@ -123,6 +123,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--host-large", type=_shape, default=(4096, 2048), dest="host_large",
                    help="the shape of --host's CPU grid, NxT (default 4096x2048)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    b.add_argument("--merge", nargs="+", metavar="BENCH_JSON", default=None,
+                   help="run nothing: merge the bench.json files of several runs of one grid on one machine (e.g. "
+                        "its ops run in separate calls) into --out's bench.json, with the summary and bench.png")
     return top
 
 
@@ -136,6 +139,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command != "bench":
         parser().print_help()
         return 2
+    if args.merge:
+        from .bench.runner import merge
+
+        try:
+            return merge(args.merge, args.out)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"rlscan bench --merge: {exc}", file=sys.stderr)
+            return 2
     import torch
 
     from .bench.runner import Options, run

@@ -66,6 +66,34 @@ def test_quick_run_writes_json_and_png(tmp_path):
     assert cells[0]["moved_bytes"] == 8 * 16 * (4 + 4 + 1) + 8 * 4 + 2 * 8 * 16 * 4
 
 
+def test_merge_joins_runs_of_one_grid(tmp_path):
+    """``--merge``: the ops of one grid run in two calls give one report with every cell, the
+    summary recomputed and the plot drawn; runs from another machine are refused."""
+    from rlscan import cli
+
+    ops = ("gae", "vtrace")
+    parts = []
+    for op in ops:
+        out = tmp_path / op
+        assert cli.main(["bench", "--quick", "--ops", op, "--shapes", "8x16", "--alternatives", "loop_numpy",
+                         "--repeat", "1", "--out", str(out)]) == 0
+        parts.append(str(out / "bench.json"))
+    merged = tmp_path / "merged"
+    assert cli.main(["bench", "--merge", *parts, "--out", str(merged)]) == 0
+    doc = json.loads((merged / "bench.json").read_text())
+    assert [(c["op"], c["N"], c["T"]) for c in doc["cells"]] == [(op, 8, 16) for op in ops]
+    assert set(doc["summary"]) == set(ops) and doc["options"]["ops"] == list(ops)
+    first = json.loads(open(parts[0]).read())
+    assert doc["cells"][0] == first["cells"][0]
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (merged / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+    other = json.loads(open(parts[1]).read())
+    other["device"] = dict(other["device"], name="another GPU")
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert cli.main(["bench", "--merge", parts[0], str(tmp_path / "other.json"), "--out", str(tmp_path / "x")]) == 2
+
+
 def test_the_plot_draws_the_alternatives_that_ran():
     """``--alternatives exact`` (no loop, no compiled scan) still draws a line per N."""
     from rlscan.bench import report

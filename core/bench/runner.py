@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import time
@@ -138,22 +139,75 @@ def run(opts: Options) -> int:
         doc["elapsed_s"] = time.perf_counter() - started
         report.write_json(json_path, doc)
 
-    if cells:
-        doc["summary"] = report.summary(p, cells, impls_by_op)
     if opts.e2e:
         doc["e2e"] = _end_to_end(p, cuda, opts.quick)
     doc["measure_s_by_impl"] = spent
     doc["elapsed_s"] = time.perf_counter() - started
+    return _finish(p, doc, impls_by_op, opts.out, cuda, ledger.spent)
+
+
+def merge(paths, out: str) -> int:
+    """``rlscan bench --merge``: one report from several runs of the same grid settings on one
+    machine, e.g. the ops of a grid run in separate calls. Cells, the end-to-end part and the
+    seconds spent are taken from every file (a later file's cell of the same op and shape
+    wins); the summary is recomputed and the plot redrawn."""
+    docs = []
+    for path in paths:
+        with open(path) as f:
+            docs.append(json.load(f))
+    first = docs[0]
+    for path, doc in zip(paths[1:], docs[1:]):
+        for key in ("device", "versions", "settings"):
+            if doc.get(key) != first.get(key):
+                raise ValueError(f"--merge: {path} has another {key!r} than {paths[0]}: "
+                                 f"{doc.get(key)!r} vs {first.get(key)!r}")
+        for key in ("layout", "dtype"):
+            if doc["options"][key] != first["options"][key]:
+                raise ValueError(f"--merge: {path} has another options.{key} than {paths[0]}")
+    cells, spent = {}, {}
+    merged = dict(first, merged_from=[os.path.basename(os.path.dirname(os.path.abspath(p))) + "/" +
+                                      os.path.basename(p) for p in paths])
+    for doc in docs:
+        cells.update({(c["op"], c["N"], c["T"]): c for c in doc.get("cells", [])})
+        for k, v in doc.get("measure_s_by_impl", {}).items():
+            spent[k] = spent.get(k, 0.0) + v
+        merged["compile_s_by_op"] = {**merged.get("compile_s_by_op", {}), **doc.get("compile_s_by_op", {})}
+        if "e2e" in doc:
+            merged["e2e"] = doc["e2e"]
+    merged["cells"] = list(cells.values())
+    merged["shapes"] = sorted({tuple(s) for d in docs for s in d.get("shapes", [])}, key=lambda s: (s[0], s[1]))
+    merged["options"] = dict(first["options"], ops=list(dict.fromkeys(c["op"] for c in merged["cells"])))
+    merged["measure_s_by_impl"] = spent
+    merged["elapsed_s"] = sum(d.get("elapsed_s", 0.0) for d in docs)
+    by_key = {i.key: i for i in (alts.RLSCAN,) + alts.ALTERNATIVES}
+    impls_by_op = {}
+    for c in merged["cells"]:
+        keys = impls_by_op.setdefault(c["op"], ["rlscan"])
+        keys += [k for k in c.get("impls", {}) if k in by_key and k not in keys]
+    impls_by_op = {op: [by_key[k] for k in keys] for op, keys in impls_by_op.items()}
+    os.makedirs(out, exist_ok=True)
+    cuda = first["settings"]["device"].startswith("cuda")
+    return _finish(report.Printer(), merged, impls_by_op, out, cuda, merged["compile_s_by_op"])
+
+
+def _finish(p, doc: dict, impls_by_op: dict, out: str, cuda: bool, compile_spent: dict) -> int:
+    """The summary, bench.json and bench.png of a finished grid; exit status 1 when any rlscan
+    result failed its check."""
+    cells = doc["cells"]
+    if cells:
+        doc["summary"] = report.summary(p, cells, impls_by_op)
+    json_path = os.path.join(out, "bench.json")
     report.write_json(json_path, doc)
-    png = os.path.join(opts.out, "bench.png")
-    title = f"rlscan bench — {doc['device']['name']}, {report_dtype(opts.dtype)}, layout {opts.layout}"
+    png = os.path.join(out, "bench.png")
+    title = f"rlscan bench — {doc['device']['name']}, {doc['options']['dtype']}, layout {doc['options']['layout']}"
     preferred = ("loop_torch", "compile") if cuda else ("loop_numpy", "loop_torch")
     solid, dashed = report.lines_to_draw(cells, preferred + tuple(i.key for i in alts.ALTERNATIVES))
     wrote_png = solid is not None and report.plot(png, cells, solid, dashed, title)
     p.line()
+    spent = doc.get("measure_s_by_impl", {})
     p.line("seconds spent per implementation (checks, probes and timing): "
            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
-           + (f"; of which compiling: {sum(ledger.spent.values()):.0f}" if ledger.spent else ""), style="dim")
+           + (f"; of which compiling: {sum(compile_spent.values()):.0f}" if compile_spent else ""), style="dim")
     p.line(f"wrote {json_path}" + (f" and {png}" if wrote_png else "") + f" in {_clock(doc['elapsed_s'])}")
     bad = _rlscan_failures(cells)
     if bad:
