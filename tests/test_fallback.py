@@ -12,7 +12,7 @@ import triton
 
 import rlscan
 from rlscan import _fast
-from rlscan._triton import engine
+from rlscan._triton import stripe_scan, tile_scan
 from rlscan._triton import launch as L
 from rlscan_testing import assert_matches_reference, make_problem, path_for
 
@@ -45,7 +45,7 @@ def _fallback_warnings(record):
 
 
 def test_a_setting_that_does_not_compile_falls_back_with_one_warning(failing):
-    tried = failing(lambda fn, kw: fn is engine.scan_kernel and kw["PHASE"] == 2)
+    tried = failing(lambda fn, kw: fn is tile_scan.scan_kernel and kw["PHASE"] == 2)
     p = make_problem("gae", (40, 3), seed=3, device=path_for("triton").device)
     with rlscan.use_backend("triton"), L.forced_config(kind="scan", block_t=4, block_b=2, n_chunks=3):
         with warnings.catch_warnings(record=True) as record:
@@ -59,7 +59,7 @@ def test_a_setting_that_does_not_compile_falls_back_with_one_warning(failing):
     assert len(found) == 1, [str(w.message) for w in found]
     message = str(found[0].message)
     assert "kind='scan'" in message and f"Triton {triton.__version__}" in message and "kind='stripe'" in message
-    assert (engine.stripe_kernel, 0) in tried
+    assert (stripe_scan.stripe_kernel, 0) in tried
 
 
 def test_when_no_kernel_compiles_the_cpu_path_answers(failing):

@@ -204,7 +204,7 @@ def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, m
     """A launch plan with several candidate settings compiles them in order and keeps the
     first whose kernel's local memory (spilled registers) is within MAX_LOCAL_BYTES; if the
     compiled kernel cannot be inspected, the last. Then it runs the one it kept."""
-    from rlscan._triton import engine, launch
+    from rlscan._triton import chained_scan, launch
 
     problem = make_problem("gae", (T, 3), device=triton_path.device, seed=5)
     candidates = tuple(launch._with_chunks(launch.Config("chained", 4, 1, steps=steps, lookback=lookback), T, 1)
@@ -223,7 +223,7 @@ def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, m
         compiled.append(kwargs["STEPS"])
         return Compiled(kwargs["STEPS"])
 
-    monkeypatch.setattr(engine.chained_kernel, "warmup", warmup, raising=False)
+    monkeypatch.setattr(chained_scan.chained_kernel, "warmup", warmup, raising=False)
     monkeypatch.setattr(launch, "choose_configs", lambda *args, **kwargs: candidates)
     launch._PLANS.clear()
     with rlscan.use_backend("triton"):
@@ -234,7 +234,7 @@ def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, m
         assert_matches_reference(problem)
         assert compiled == [4, 2] and plan.cfg == candidates[1]
         plan.unchecked = True
-        monkeypatch.setattr(engine.chained_kernel, "warmup", lambda *a, **k: object(), raising=False)
+        monkeypatch.setattr(chained_scan.chained_kernel, "warmup", lambda *a, **k: object(), raising=False)
         assert_matches_reference(problem)
         assert plan.cfg == candidates[2]
     launch._PLANS.clear()

@@ -1,4 +1,4 @@
-"""The words look-back on its own (``engine._walk_window``, ``engine._look_back_words``),
+"""The words look-back on its own (``chained_scan._walk_window``, ``chained_scan._look_back_words``),
 against a plain Python walk, with windows of words crafted to be ready or not, to end the walk
 or not. The kernels' tests cannot reach a word that is not ready yet: the interpreter runs
 programs one after another, so every predecessor has published by the time one looks back."""
@@ -11,7 +11,7 @@ import triton.language as tl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlscan._triton import engine
+from rlscan._triton import chained_scan
 
 NOT_READY = -1
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -21,7 +21,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def _window_kernel(WORDS, OUT, B, W: tl.constexpr, BLOCK_B: tl.constexpr):
     r = tl.arange(0, W)[:, None]
     b = tl.arange(0, BLOCK_B)[None, :]
-    a, k, code = engine._walk_window(tl.load(WORDS + r * B + b), W)
+    a, k, code = chained_scan._walk_window(tl.load(WORDS + r * B + b), W)
     tl.store(OUT + b, a)
     tl.store(OUT + BLOCK_B + b, k)
     tl.store(OUT + 2 * BLOCK_B + b, code.to(tl.float32))
@@ -30,13 +30,13 @@ def _window_kernel(WORDS, OUT, B, W: tl.constexpr, BLOCK_B: tl.constexpr):
 @triton.jit
 def _look_back_kernel(WORDS, OUT, j, B, W: tl.constexpr, BLOCK_B: tl.constexpr):
     b = tl.arange(0, BLOCK_B)[None, :]
-    carry, composed, _ = engine._look_back_words(WORDS, j, B, b, b < B, tl.float32, BLOCK_B, W)
+    carry, composed, _ = chained_scan._look_back_words(WORDS, j, B, b, b < B, tl.float32, BLOCK_B, W)
     tl.store(OUT + b, carry)
     tl.store(OUT + BLOCK_B, composed.to(tl.float32))
 
 
 def _word(a: float, k: float) -> int:
-    """The int64 word of the float32 pair ``(a, k)``, as ``engine._word`` packs it."""
+    """The int64 word of the float32 pair ``(a, k)``, as ``chained_scan._word`` packs it."""
     lo, hi = (struct.unpack("<I", struct.pack("<f", x))[0] for x in (a, k))
     return struct.unpack("<q", struct.pack("<Q", (hi << 32) | lo))[0]
 

@@ -442,8 +442,9 @@ class LaunchPlan:
 
     def _use(self, cfg: Config) -> None:
         """Launch with the settings ``cfg`` from now on."""
-        from .engine import (block_kernel, chained_kernel, chained_scan_kernel, chained_stripe_kernel, scan_kernel,
-                             stripe_kernel)
+        from .chained_scan import chained_kernel, chained_scan_kernel, chained_stripe_kernel
+        from .stripe_scan import block_kernel, stripe_kernel
+        from .tile_scan import scan_kernel
 
         coeffs, emit, reverse = self.spec
         T, B = self.layout.T, self.layout.B

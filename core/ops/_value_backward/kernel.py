@@ -25,7 +25,7 @@ gradient, or at ``T − 1`` only into a full-shape buffer whose last step is the
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after
+from ..._triton.primitives import load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, load_coef, load_flag, store, value_after
+from ..._triton.primitives import load, load_coef, load_flag, store, value_after
 
 
 @triton.jit

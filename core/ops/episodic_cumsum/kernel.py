@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, load_flag, store
+from ..._triton.primitives import load, load_flag, store
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import load, load_batch, load_coef, load_shifted, store
+from ..._triton.primitives import load, load_batch, load_coef, load_shifted, store
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from ..._triton.engine import (
+from ..._triton.primitives import (
     load, load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after,
 )
 

@@ -1,0 +1,163 @@
+"""The tile scan: ``scan_kernel`` walks time in ``[BLOCK_T, BLOCK_B]`` tiles and scans each
+tile with ``tl.associative_scan``, carrying the state from tile to tile. It suits inputs
+that are contiguous along time.
+
+Also here, as the other families build on them: the scan of a tile or block with no carry
+(:func:`_scanned`), the state carried into each of its rows and handed on from its edge,
+and the two-launch chunk carry. ``scan_kernel``, ``stripe_kernel`` and ``block_kernel`` can
+split time into ``n_chunks`` chunks run by separate programs, in two launches:
+``PHASE=1`` reduces each chunk to its composed pair ``(a, b)``; ``PHASE=2`` folds the pairs
+of the chunks that precede it in scan order into its carry (:func:`_carry_from_chunks`),
+then scans and emits. ``PHASE=0`` is the single-launch case.
+"""
+import triton
+import triton.language as tl
+
+from .primitives import _along_first_axis, _envs, _initial, compose, row
+
+
+@triton.jit
+def _carried_in(A, carry, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The state carried into each row of a scanned tile (or step of a block): the row after
+    it in reverse, the row before it forward, and ``carry`` (broadcast) at the edge."""
+    rows = _along_first_axis(BLOCK_T, A)
+    if BLOCK_T == 1:
+        return A * 0 + carry
+    else:
+        if REVERSE:
+            idx = tl.minimum(rows + 1, BLOCK_T - 1)
+            edge = rows == BLOCK_T - 1
+        else:
+            idx = tl.maximum(rows - 1, 0)
+            edge = rows == 0
+        return tl.where(edge, carry, tl.gather(A, idx + tl.zeros(A.shape, tl.int32), 0))
+
+
+@triton.jit
+def _edge(x, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr, KEEP_DIMS: tl.constexpr = True):
+    """The state handed to the next tile (or, for a block, each stripe's composed value): the
+    first row in reverse, the last row forward."""
+    if REVERSE:
+        return row(x, 0, BLOCK_T, KEEP_DIMS)
+    else:
+        return row(x, BLOCK_T - 1, BLOCK_T, KEEP_DIMS)
+
+
+@triton.jit
+def _scan_in_thread(alpha, beta, REVERSE: tl.constexpr, N: tl.constexpr):
+    """The scan of ``(alpha, beta)`` along the first axis (``N`` long), one step after the
+    other: ``a_s = alpha_s + beta_s * a_{s±1}``, ``k_s = beta_s * k_{s±1}``.
+
+    For a block, whose steps sit in each thread's registers: there, rows picked by a
+    constant index fold to register moves, while ``tl.associative_scan`` lowers the same
+    axis to warp shuffles it does not need (640 for an 8 × 128 block, most of the kernel)."""
+    rows = _along_first_axis(N, alpha)
+    a, k = alpha, beta
+    first = N - 1 if REVERSE else 0
+    acc_a = row(alpha, first, N)
+    acc_k = row(beta, first, N)
+    for i in tl.static_range(1, N):
+        s = N - 1 - i if REVERSE else i
+        beta_s = row(beta, s, N)
+        acc_a = row(alpha, s, N) + beta_s * acc_a
+        acc_k = beta_s * acc_k
+        a = tl.where(rows == s, acc_a, a)
+        k = tl.where(rows == s, acc_k, k)
+    return a, k
+
+
+@triton.jit
+def _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
+             ACC: tl.constexpr, N: tl.constexpr, IN_THREAD: tl.constexpr = False):
+    """The op's coefficients at times ``t`` (identity pairs outside ``[.., t_hi)`` and the
+    environments), scanned along the first axis (``N`` long, in each thread's registers
+    if ``IN_THREAD``) with no carry: ``(a, k)``, the tile, and what the op keeps for its
+    outputs."""
+    m = (t < t_hi) & mb
+    tile = (t, b_hi, b_lo, m, mb)
+    alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
+    alpha = tl.where(m, alpha, 0)
+    beta = tl.where(m, beta, 1)
+    if N == 1:
+        return alpha, beta, tile, keep
+    elif IN_THREAD:
+        a, k = _scan_in_thread(alpha, beta, REVERSE, N)
+        return a, k, tile, keep
+    else:
+        a, k = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
+        return a, k, tile, keep
+
+
+@triton.jit
+def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Fold the pairs of the chunks before ``chunk`` (in scan order) into ``carry``.
+
+    The tile of pairs has at least 16 rows (the rows past ``n_chunks`` are identity pairs):
+    the compiler may give it the layout of the kernel's time tiles, whose loads of 1-byte
+    flags put up to 16 rows in each thread, and Triton 3.6 cannot lower a scan over fewer
+    rows than a thread holds (an assertion in ``ScanOpToLLVM.cpp``)."""
+    ROWS: tl.constexpr = BLOCK_C if BLOCK_C >= 16 else 16
+    c = tl.arange(0, ROWS)[:, None]
+    if REVERSE:
+        before = c > chunk
+    else:
+        before = c < chunk
+    m = before & (c < n_chunks) & mb
+    a = tl.load(AGG + c * B + b, mask=m, other=0)
+    k = tl.load(AGG + (n_chunks + c) * B + b, mask=m, other=1)
+    sa, sk = tl.associative_scan((a, k), 0, compose, reverse=REVERSE)
+    return _edge(sa, REVERSE, ROWS) + _edge(sk, REVERSE, ROWS) * carry
+
+
+@triton.jit
+def _program_start(INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
+                   REVERSE: tl.constexpr, PHASE: tl.constexpr, ACC: tl.constexpr, BLOCK_B: tl.constexpr,
+                   BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+    """This program's environments, its carry into its first step, and its time range."""
+    b, b_hi, b_lo, mb = _envs(tl.program_id(0), B, B_lo, BLOCK_B, TWO_LEVEL, WIDE)
+    if PHASE == 1:
+        carry = tl.zeros([1, BLOCK_B], ACC)
+    else:
+        carry = _initial(INIT, init_strides, b_hi, b_lo, mb, ACC, BLOCK_B)
+    if PHASE == 2:
+        carry = _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE, BLOCK_C)
+    t_lo = chunk * chunk_len
+    t_hi = tl.minimum(t_lo + chunk_len, T)
+    return b, b_hi, b_lo, mb, carry, t_lo, t_hi
+
+
+@triton.jit
+def scan_kernel(
+    ins, in_strides, outs, out_strides, scalars,
+    INIT, init_strides, AGG,
+    T, B, B_lo, chunk_len, n_chunks,
+    COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
+    TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None, UNROLL: tl.constexpr = None,
+):
+    chunk = tl.program_id(1)
+    b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
+        INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
+        REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
+    carry_b = tl.full([1, BLOCK_B], 1, ACC)
+    n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
+    for i in tl.range(n_tiles, num_stages=STAGES, loop_unroll_factor=UNROLL):
+        if REVERSE:
+            k = n_tiles - 1 - i
+        else:
+            k = i
+        t = t_lo + k * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+        if WIDE:
+            t = t.to(tl.int64)
+        a, k_, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC,
+                                     BLOCK_T)
+        A = a + k_ * carry
+        if PHASE == 1:
+            carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
+        else:
+            EMIT(outs, out_strides, scalars, A, _carried_in(A, carry, REVERSE, BLOCK_T), keep, tile, T)
+        carry = _edge(A, REVERSE, BLOCK_T)
+
+    if PHASE == 1:
+        tl.store(AGG + chunk * B + b, carry, mask=mb)
+        tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
