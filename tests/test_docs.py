@@ -47,9 +47,11 @@ ALTERNATIVE_SHAPES = ((4096, 128), (4096, 2048), (1, 1_000_000))
 # ----------------------------------------------------------------------------- formatting
 
 
-def fmt_time(us) -> str:
+def fmt_time(us, fine: bool = False) -> str:
     if us is None:
         return "—"
+    if fine and us < 10:
+        return f"{us:.2f} µs"
     if us >= 1e6:
         return f"{us / 1e6:.2f} s"
     if us >= 1e3:
@@ -176,6 +178,32 @@ def render_tables(doc: dict) -> str:
                      and c["impls"]["rlscan"].get("device_us") is not None
                      and c["impls"]["exact"]["device_us"] < c["impls"]["rlscan"]["device_us"])
         out.append(f"| {op} | {len(mine)} | " + " | ".join(row) + f" | {slower} |")
+
+    out += ["", "**Where an alternative was faster** (cells where its full call, or its device time, was "
+            "lower than rlscan's):", ""]
+    for k in alts:
+        full, dev = [], []
+        for c in (c for c in cells.values() if rlscan_ok(c)):
+            res, r = c["impls"].get(k, {}), c["impls"]["rlscan"]
+            if res.get("status") != "ok":
+                continue
+            if res["full_us"] < r["full_us"]:
+                full.append(c)
+            if res.get("device_us") is not None and r.get("device_us") is not None \
+                    and res["device_us"] < r["device_us"]:
+                dev.append(c)
+        text = f"- {NAMES[k]}: full call in {len(full)} cells"
+        if full:
+            text += f" (T ≤ {max(c['T'] for c in full):,})"
+        if dev:
+            worst = max(dev, key=lambda c: c["impls"]["rlscan"]["device_us"] - c["impls"][k]["device_us"])
+            gap = worst["impls"]["rlscan"]["device_us"] - worst["impls"][k]["device_us"]
+            text += (f"; device time in {len(dev)} cells (T ≤ {max(c['T'] for c in dev):,}), by at most "
+                     f"{fmt_time(gap) if gap >= 1 else f'{gap:.2f} µs'} "
+                     f"({worst['op']} at {fmt_shape(worst['N'], worst['T'])}: "
+                     f"{fmt_time(worst['impls'][k]['device_us'], gap < 1)} against "
+                     f"{fmt_time(worst['impls']['rlscan']['device_us'], gap < 1)})")
+        out.append(text + ".")
 
     e2e = (doc.get("e2e") or {}).get("synthetic_ppo") or []
     if e2e:
