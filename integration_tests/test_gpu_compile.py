@@ -2,7 +2,7 @@
 Triton of the supported range, checked on a machine without a GPU (issue #17).
 
 The interpreter runs kernels as Python, so it accepts code that Triton's compiler refuses;
-this runs the real compiler (and ptxas) through ``scripts/compile_for_gpu.py``: its CI matrix
+this runs the real compiler (and ptxas) through ``tools/compile_for_gpu.py``: its CI matrix
 (every setting the launch heuristic picks, each layout, flag dtype and dtype, forward,
 backward, exact and deterministic), in full for the pinned Triton and sm_90, and each setting
 once for sm_80 and under the other Tritons; one bounded case per Triton (and target). A Triton other than the
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import triton
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compile_for_gpu.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "compile_for_gpu.py"
 VERSIONS = ("3.6.0", "3.7.1", "3.8.0", "3.9.0")  # keep in step with pyproject.toml's triton range
 TARGETS = ("sm_90", "sm_80")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlscan" / "compile"
