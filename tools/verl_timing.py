@@ -23,7 +23,7 @@ checks the script itself on the CPU::
 
 What it prints: the copy bandwidth and launch floor, per shape the errors and a JSON line of
 its rows, then a markdown table (loop ms, rlscan wall and device µs, floor, ratios). It
-writes ``$OUT/h200_verl.json`` (``./bench-out/`` without ``$OUT``) and exits 1 if a result
+writes ``$OUT/verl_timing.json`` (``./bench-out/`` without ``$OUT``) and exits 1 if a result
 was wrong.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def main():
 
     out = os.environ.get("OUT", "bench-out")
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "h200_verl.json"), "w") as f:
+    with open(os.path.join(out, "verl_timing.json"), "w") as f:
         json.dump(dict(bandwidth_Bps=bw.bandwidth, launch_s=bw.launch_s, rows=rows, device=str(
             torch.cuda.get_device_name() if dev.type == "cuda" else "cpu")), f, indent=1, default=str)
     print()
