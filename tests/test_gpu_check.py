@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py's checks, on tiny shapes through the interpreter: a right result
+"""tools/gpu_check.py's checks, on tiny shapes through the interpreter: a right result
 passes, a wrong one fails (issue #17)."""
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import torch
 
 import rlscan
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import gpu_check  # noqa: E402
 from rlscan_testing import path_for  # noqa: E402
 

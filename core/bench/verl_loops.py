@@ -1,5 +1,5 @@
 """verl's token loops, written from their semantics (docs/adapters/verl.md): what
-``rlscan.adapters.verl`` replaces, for the tests and for scripts/h200_verl.py.
+``rlscan.adapters.verl`` replaces, for the tests and for tools/verl_timing.py.
 
 They run as verl runs them: one step at a time over ``response_length``, each step a few
 elementwise torch operations on ``[bs]`` slices, in the inputs' own dtypes (so with

@@ -5,7 +5,7 @@ memory order, and writes the per-step series of :func:`rlscan.retrace`::
 
 then the plain Retrace scan runs on them. At 4096 x 2048 with 4 actions this ran 1.9x
 faster than reducing the tables inside the scan's tiles, as fast at 4096 x 128
-(scripts/h200_seed.py, docs/benchmarks.md, issue #18); the exact path keeps the fused kernel.
+(tools/seed_compare.py, docs/benchmarks.md, issue #18); the exact path keeps the fused kernel.
 
 Contiguous inputs (every series in one memory order, the tables in rows of consecutive
 actions, up to ``MAX_BLOCK_A`` of them) take the prologue's vector path: no position is

@@ -1,21 +1,27 @@
-"""RLlib's GAE learner connector against rlscan's, on the same batch of episodes.
+"""RLlib's GAE learner connector against rlscan's (``rlscan.adapters.rllib.RLScanGAE``), on the
+same batch of episodes.
 
-For each batch (8 episodes of 500 steps = 4000 timesteps, and 64 episodes of 2048 steps),
-laid out as PPO's learner pipeline hands it to the GAE piece (every episode lengthened by
-its bootstrap step, half of them terminated and half truncated), on one device:
+What it measures, for each batch (8 episodes of 500 steps = 4000 timesteps, and 64 episodes
+of 2048 steps), laid out as PPO's learner pipeline hands it to the GAE piece (every episode
+lengthened by its bootstrap step, half of them terminated and half truncated), on one device:
 
 1. checks rlscan's outputs: ``exact=True`` bit for bit RLlib's, ``exact=False`` within 1e-6
-   of RLlib's, and the value targets against rlscan's float64 reference;
+   of RLlib's, and the value targets against rlscan's float64 reference (it raises on a
+   mismatch);
 2. times one connector call for RLlib's piece and rlscan's exact and fast pieces, both the
    whole call (PPO's default value network's forward pass included, as in training) and
    its GAE part alone (the values computed once beforehand), as the median of
-   back-to-back calls with a synchronise each, all in this one run;
-3. prints a table last: milliseconds per call, and stock's time over each variant's.
+   back-to-back calls with a synchronise each, all in this one run.
 
-    python scripts/rllib_connector_timing.py [--device cuda|cpu] [--reps 20]
+When to run it: after changing the RLlib adapter or upgrading ray, on a CPU or a GPU, to
+refresh the RLlib figures of docs/adapters/rllib.md::
 
-Needs ``ray[rllib]`` (``pip install 'rlscan[rllib]'``). On a CPU the rlscan pieces run
-rlscan's compiled CPU loop (numba); on CUDA its Triton kernels.
+    python tools/rllib_timing.py [--device cuda|cpu] [--reps 20] [--threads N]
+
+What it prints: per batch the errors and the value function's forward time, then a table
+of milliseconds per call (whole call and GAE part) and RLlib's time over each variant's.
+It writes no file. Needs ``ray[rllib]`` (``pip install 'rlscan[rllib]'``). On a CPU the
+rlscan pieces run rlscan's compiled CPU loop (numba); on CUDA its Triton kernels.
 """
 from __future__ import annotations
 

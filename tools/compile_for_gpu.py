@@ -1,29 +1,39 @@
-"""Compile every kernel rlscan would launch on an H100/H200 (sm_90) or an A100 (sm_80), on a
-machine with no GPU.
+"""The compile matrix: compile every kernel rlscan would launch on an H100/H200 (sm_90) or an
+A100 (sm_80), on a machine with no GPU, under whichever Triton is importable.
 
-Triton's front end, its MLIR passes and the bundled ptxas need no device, so this catches
-what the interpreter cannot: code the interpreter runs as Python but the compiler refuses
-(non-constexpr globals, Python calls inside jit code, layouts a Triton version cannot lower).
-It launches nothing. The public ops are called (``scripts/op_cases.py``) at shapes that reach
-every branch of the launch heuristic, with the GPU's SM count faked (132 for sm_90, 108 for
-sm_80), in every layout, flag dtype and dtype, forward, backward and in exact mode; every
-setting a launch plan may run for a call (its candidates, down to the sequential kernel it
-falls back to) is compiled, each distinct (kernel, constexprs, signature, target) once::
+What it checks: Triton's front end, its MLIR passes and the bundled ptxas need no device,
+so this catches what the interpreter cannot: code the interpreter runs as Python but the
+compiler refuses (non-constexpr globals, Python calls inside jit code, layouts a Triton
+version cannot lower). It launches nothing. The public ops are called
+(``tools/op_cases.py``) at shapes that reach every branch of the launch heuristic, with the
+GPU's SM count faked (132 for sm_90, 108 for sm_80), in every layout, flag dtype and dtype,
+forward, backward and in exact mode; every setting a launch plan may run for a call (its
+candidates, down to the sequential kernel it falls back to) is compiled, each distinct
+(kernel, constexprs, signature, target) once.
 
-    python scripts/compile_for_gpu.py                       # the full matrix, sm_90 and sm_80
-    python scripts/compile_for_gpu.py --target sm_80 --group backward
-    python scripts/compile_for_gpu.py --matrix small        # every branch, fewer layouts/dtypes
-    python scripts/compile_for_gpu.py --matrix ci --once-per-setting   # each setting for one call
-    python scripts/compile_for_gpu.py --list                # the cases and settings, no compiling
+When to run it: after changing a kernel or a launch setting, and before widening the
+supported Triton range (run it under each Triton: ``PYTHONPATH=<folder with that Triton>``).
+CI runs its ``ci`` matrix under every Triton of the range
+(``integration_tests/test_gpu_compile.py``)::
 
-``RLSCAN_COMPILE_LOG=1`` prints each compile's time.
+    python tools/compile_for_gpu.py                       # the full matrix, sm_90 and sm_80
+    python tools/compile_for_gpu.py --target sm_80 --group backward
+    python tools/compile_for_gpu.py --matrix small        # every branch, fewer layouts/dtypes
+    python tools/compile_for_gpu.py --matrix ci --once-per-setting   # each setting for one call
+    python tools/compile_for_gpu.py --list                # the cases and settings, no compiling
+
+What it prints: per target, the launch settings reached, one ``FAIL`` line per kernel that
+did not compile, and ``sm_90: Triton X: compiled K kernels for C calls in S s (...); F
+failures``; the last line reads ``Triton X: F failures``. ``--json PATH`` writes the counts,
+settings and failures; ``RLSCAN_COMPILE_LOG=1`` prints each compile's time. It exits 1 on
+any failure.
 
 Groups: ``forward`` (fp32, every op, shape, layout and flag dtype), ``dtypes`` (fp16, bf16,
 fp64), ``backward`` (the fused backward kernels), ``exact``, ``deterministic`` (under
 ``torch.use_deterministic_algorithms``), ``forced`` (settings only tests and benchmarks
 force), ``wide`` (64-bit offsets), ``masked`` (the step-skip mask: GAE's one pass with the
 whitening's sums, its two scans, TD(λ), discounted returns, and ``masked_whiten``'s kernels;
-retrace_from_q's table prologue is compiled wherever that op runs). The last line reads ``compiled K kernels ...; F failures``.
+retrace_from_q's table prologue is compiled wherever that op runs).
 Compiled kernels are cached by Triton (``TRITON_CACHE_DIR``), so a rerun compiles only what changed.
 """
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Every public op called on inputs of one layout, shape, dtype and flag dtype.
 
-``scripts/compile_for_gpu.py`` compiles the kernels these calls launch, for GPUs it does not
-have; ``scripts/gpu_check.py`` runs them on a GPU and checks them against the float64
-references. A case is ``(op, layout, N, T)`` plus the dtypes:
+The shared cases of the two GPU tools: ``tools/compile_for_gpu.py`` compiles the kernels these
+calls launch, for GPUs it does not have; ``tools/gpu_check.py`` runs them on a GPU and checks
+them against the float64 references. It is a module, not a command: nothing to run on its
+own. A case is ``(op, layout, N, T)`` plus the dtypes:
 
 * ``layout``: ``"TN"`` (``[T, N]``, SB3's rollout buffer), ``"NT"`` (``[N, T]``,
   ``time_dim=1``), ``"BT1"`` (TorchRL's ``[B, T, 1]``, ``time_dim=-2``) or ``"strided"``

@@ -1,16 +1,27 @@
-"""Run every op on the GPU at the shapes that reach each branch of the launch heuristic, in
-each layout and flag dtype (and each dtype at two shapes), forward and backward, and check
-every result against the float64 reference (issue #17)::
+"""The GPU correctness check: every op on a real GPU, across the input space, against the
+float64 references, with any launch setting that fell back reported as a failure.
 
-    python scripts/gpu_check.py                # on a CUDA machine; JSON under $OUT if set
-    TRITON_INTERPRET=1 python scripts/gpu_check.py --small   # the same checks, tiny shapes, on the CPU
+What it checks: every public op at shapes that reach each branch of the launch heuristic,
+in ``[T, N]`` and ``[N, T]``; every layout (``[T, N]``, ``[N, T]``, ``[B, T, 1]``, strided
+rows) and flag dtype (bool, uint8, float) where time tiles are chunked and where blocks are
+chained; fp16, bf16 and fp64 at two shapes; the fused backward kernels at every shape.
+Forward results are compared with ``rlscan.reference`` (float64 loops), gradients with the
+CPU path's float64 gradients of the same op, as ``max|out - ref| <= tol * max(1, max|ref|)``.
 
-Each line records the launch setting that ran (``scripts/op_cases.setting_name``) and any
-fallback warning (a setting that did not compile); the pass/fail table comes last. Forward
-results are compared with ``rlscan.reference`` (float64 loops), gradients with the CPU path's
-float64 gradients of the same op, as ``max|out - ref| <= tol * max(1, max|ref|)``.
+When to run it: before a release, and after any change to a kernel, the launch settings or
+the Triton/torch pin, on a CUDA GPU (it was written for an H200)::
+
+    python tools/gpu_check.py                    # on a CUDA machine
+    python tools/gpu_check.py --start 248        # continue a run that stopped at its budget
+    TRITON_INTERPRET=1 python tools/gpu_check.py --small   # the same checks, tiny shapes, on the CPU
+
+What it prints: a header (torch, Triton, GPU), then one line per check (ok/FAIL, op,
+direction, shape, layout, dtype, flag dtype, error, seconds, the launch setting that ran as
+``tools/op_cases.setting_name`` writes it, and any fallback warning), then a table of
+checks, failures and fallbacks per shape and a last line of totals. With ``$OUT`` set it
+writes every row to ``$OUT/gpu_check.json``. It exits 1 if any check failed or was not run.
 retrace_from_q's chained and block kernels take minutes to compile, so that op runs at the
-shapes of those kernels only with ``--all``. ``--budget-s`` stops starting new cases after
+shapes of those kernels only with ``--all``. ``--budget-s`` stops starting new checks after
 that many seconds (those left are reported as not run).
 """
 from __future__ import annotations

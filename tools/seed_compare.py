@@ -1,14 +1,24 @@
-"""Issue 18, against the seed library's design: rlscan beside the whole-row stand-in
-(rlscan.bench.whole_row), plain Retrace beside Retrace from the action tables, and launch
-settings side by side, by device time (CUDA-graph replay of 20 calls). Inputs as the issue
-times them: float32, terminations at 1% of steps as float flags (bool flags on two-launch
-256 x 4 tiles hit a Triton 3.6 compile failure, fixed separately), a bootstrap value,
-γ 0.99, λ 0.95. Every variant is checked against a float64 truth before it is timed.
+"""rlscan against the seed library's design, by device time on a GPU.
 
-    python scripts/h200_seed.py quick     # run 56: Retrace from the tables, whole-row tiles
-    python scripts/h200_seed.py record --budget 120   # the table of record: every op and shape of the issue
+What it measures: each op beside the whole-row stand-in (``rlscan.bench.whole_row``: one
+program per row, the seed library's layout), plain Retrace beside Retrace from the action
+tables (the kernel the tables are added to), and launch settings side by side, as device
+time per call (a CUDA-graph replay of up to 20 calls, median of 10; ``rlscan.bench.timing``)
+and, for the table of record, the full call. The inputs: float32, terminations at 1% of
+steps as float flags, a bootstrap value, γ 0.99, λ 0.95. Every variant is checked against a
+float64 truth (``rlscan.reference``, or rlscan's exact kernel in float64 past 2M elements)
+before it is timed; a wrong variant is timed as NaN.
 
-Prints a short table last; writes every row to $OUT/seed.json.
+When to run it: on a CUDA GPU, after changing a kernel or a launch setting, to see whether
+rlscan still beats the seed library's design at the shapes of the benchmarks page::
+
+    python tools/seed_compare.py quick                   # a few shapes of Retrace from the tables and whole-row tiles
+    python tools/seed_compare.py record --budget 120     # the table of record: every op at every shape
+
+What it prints: the copy bandwidth, then per shape its bandwidth floor and one line per
+variant (device µs, × floor, full-call µs, error, the settings the heuristic ran), then a
+summary of the five fastest variants per shape. It writes every row to ``$OUT/seed.json``
+(``./bench-out/seed.json`` without ``$OUT``). ``--budget`` seconds: shapes past it are skipped.
 """
 from __future__ import annotations
 
@@ -26,12 +36,10 @@ import rlscan
 from rlscan import _fast
 from rlscan import reference
 from rlscan._triton import launch as L
-from rlscan.bench import floors, whole_row
-
-from h200_explore import timed_device, timed_full  # noqa: E402 - this folder is on sys.path
+from rlscan.bench import floors, timing, whole_row
 
 DEV = torch.device("cuda")
-ISSUE_SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048), (16, 262144), (1, 1_000_000))
+SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048), (16, 262144), (1, 1_000_000))
 OPS = ("gae", "td_lambda", "discounted_returns", "vtrace", "retrace_from_q", "eligibility_traces", "episodic_cumsum")
 DEADLINE = [math.inf]
 
@@ -111,8 +119,13 @@ def time_variant(fn, want, full=False):
     err = rel_err(outputs(fn()), want)
     if not err < 1e-4:
         return math.nan, math.nan, err
-    dev_us = timed_device(fn)
-    return dev_us, (timed_full(fn, n=100) if full else None), err
+    sync = timing.synchronizer(DEV)
+    _, once = timing.timed_once(fn, sync)
+    dev_us = 1e6 * timing.device_time(fn, one_call_s=once, target_s=0.02, repeat=10, max_calls=20).seconds
+    if not full:
+        return dev_us, None, err
+    full_us = 1e6 * timing.full_call(fn, sync, one_call_s=once, target_s=0.05, repeat=5, max_calls=100).seconds
+    return dev_us, full_us, err
 
 
 def ran_settings():
@@ -182,11 +195,12 @@ def _row_tile(T, warps=None, block_b=1):
 
 HEURISTIC = {"heuristic": None}
 ROW_1024 = dict(kind="scan", block_b=1, block_t=1024, num_warps=8, n_chunks=1)
-OLD_MID = dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=4)  # before issue 18, at 512 x 2048
+OLD_MID = dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=4)  # the earlier setting at 512 x 2048
 
 
 def group_quick():
-    """Run 56: the first things to know, in one short call (the fused table kernel of then)."""
+    """A short look: Retrace from the tables at three shapes (and with 18 actions), whole-row
+    tiles beside the heuristic for GAE, V-trace and the episodic sum."""
     row = lambda T: {"heuristic": None, "row": _row_tile(T)}  # noqa: E731
     tasks = [("quick", "retrace_from_q", N, T, "nt", HEURISTIC, 4, False, False)
              for N, T in ((4096, 128), (512, 2048), (4096, 2048))]
@@ -201,9 +215,10 @@ def group_quick():
 
 
 def group_record():
-    """The table of record: every op at the issue's shapes, [N, T] (with the whole-row stand-in
-    and full calls), the settings before issue 18 where the heuristic changed, then [T, N],
-    then Retrace from the tables with 18 actions."""
+    """The table of record: every op at the benchmark shapes, [N, T] (with the whole-row
+    stand-in and full calls; the earlier setting beside the heuristic at 512 x 2048), then
+    [T, N] (one-pass chained settings beside it for GAE and V-trace at 512 x 2048), then
+    Retrace from the tables with 18 actions."""
     tasks = []
     nt = [(512, 2048), (4096, 2048), (4096, 128), (16384, 16)]
     for (N, T) in nt:
@@ -220,7 +235,7 @@ def group_record():
             tasks.append(("record", op, N, T, "tn", v, 4, True, False))
     for (N, T) in nt:
         tasks.append(("record", "retrace_from_q", N, T, "nt", HEURISTIC, 18, False, False))
-    for (N, T) in ISSUE_SHAPES[4:]:
+    for (N, T) in SHAPES[4:]:
         for op in OPS:
             tasks.append(("record", op, N, T, "nt", HEURISTIC, 4, True, True))
     return tasks

@@ -1,7 +1,8 @@
-"""verl's advantage estimators on the GPU: verl's token loops against rlscan.adapters.verl.
+"""verl's advantage estimators on a GPU: verl's token loops against rlscan.adapters.verl.
 
-For each shape (``B x T`` = 256 x 4096 and 64 x 32768; float32 rewards, bfloat16 values,
-an int64 response mask with EOS padding and, in every fourth row, observation spans):
+What it measures, for each shape (``B x T`` = 256 x 4096 and 64 x 32768; float32 rewards,
+bfloat16 values, an int64 response mask with EOS padding and, in every fourth row,
+observation spans):
 
 1. correctness first: rlscan's advantages and returns against verl's loop run in float64
    on the same inputs (the truth), and verl's own loop (bf16 carries) against it too;
@@ -13,10 +14,17 @@ an int64 response mask with EOS padding and, in every fourth row, observation sp
 4. the bandwidth floor: each input read once and each output written once, at the
    device's copy bandwidth (``rlscan.bench.floors``).
 
-Prints a table last; writes JSON to $OUT (or ./bench-out)::
+When to run it: on a CUDA GPU, after changing the masked (step-skip) kernels, the
+whitening or the verl adapter, to refresh the verl table of the benchmarks page; ``--dry``
+checks the script itself on the CPU::
 
-    python scripts/h200_verl.py            # on the H200
-    TRITON_INTERPRET=1 python scripts/h200_verl.py --dry   # tiny shapes on the CPU (a check of the script)
+    python tools/verl_timing.py
+    TRITON_INTERPRET=1 python tools/verl_timing.py --dry   # tiny shapes on the CPU
+
+What it prints: the copy bandwidth and launch floor, per shape the errors and a JSON line of
+its rows, then a markdown table (loop ms, rlscan wall and device µs, floor, ratios). It
+writes ``$OUT/verl_timing.json`` (``./bench-out/`` without ``$OUT``) and exits 1 if a result
+was wrong.
 """
 from __future__ import annotations
 
@@ -140,7 +148,7 @@ def main():
 
     out = os.environ.get("OUT", "bench-out")
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "h200_verl.json"), "w") as f:
+    with open(os.path.join(out, "verl_timing.json"), "w") as f:
         json.dump(dict(bandwidth_Bps=bw.bandwidth, launch_s=bw.launch_s, rows=rows, device=str(
             torch.cuda.get_device_name() if dev.type == "cuda" else "cpu")), f, indent=1, default=str)
     print()
