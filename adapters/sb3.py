@@ -49,7 +49,7 @@ __all__ = [
 
 #: Fast mode computes on the GPU when the model lives on a CUDA device and the rollout
 #: holds at least this many ``n_steps × n_envs`` entries; smaller rollouts stay on the
-#: CPU loop. Measured on an H200 host (scripts/h200_checks.py, 2026-11-29): copying SB3's
+#: CPU loop. Measured on an H200 host on 2026-11-29: copying SB3's
 #: host buffers to the GPU and back cost more than the CPU loop at every size from 128×1
 #: to 8192×4096 except one (2048×1024, 10% faster), so by default the GPU is never used;
 #: lower it where your machine's copies are faster (docs/adapters/sb3.md).

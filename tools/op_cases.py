@@ -24,6 +24,8 @@ LAYOUTS = ("TN", "NT", "BT1", "strided")
 FLAGS = {"bool": torch.bool, "uint8": torch.uint8, "float": None}
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
 ACTIONS = 3
+#: how far from the clip point (log ratio 0) the random log importance ratios stay
+CLIP_MARGIN = 0.05
 
 # op name -> (public function, how it is called); "gae coefs" passes per-step gamma and lambda tensors
 OPS = ("gae", "gae coefs", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
@@ -80,6 +82,16 @@ class _Maker:
         if low is None:
             return self._fill(self._full(), lambda s: torch.randn(s, generator=self.gen))
         return self._fill(self._full(), lambda s: low + (high - low) * torch.rand(s, generator=self.gen))
+
+    def log_ratio(self, bound=0.5, margin=CLIP_MARGIN):
+        """A log importance ratio in ``[-bound, bound]`` at least ``margin`` from 0. The clipped
+        ratio ``min(1, exp(x))`` has no derivative at 0, and within ~6e-8 of it float32 rounds
+        ``exp(x)`` to 1 where float64 does not, so a float32 gradient and its float64 reference
+        would take different sides of the clip there."""
+        def draw(shape):
+            u = (2 * torch.rand(shape, generator=self.gen) - 1) * (bound - margin)
+            return u + margin * torch.where(u < 0, -1.0, 1.0)
+        return self._fill(self._full(), draw)
 
     def batch(self):
         shape = (self.N, 1) if self.layout == "BT1" else (self.N,)
@@ -143,15 +155,21 @@ def make_case(op: str, layout: str, N: int, T: int, dtype=torch.float32, flag: s
         kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
         return Case(op, rlscan.discounted_returns, ref.discounted_returns, (m.series(),), kw)
     if op == "vtrace":
-        args = (m.series(), m.series(), m.series(-0.5, 0.5))
+        args = (m.series(), m.series(), m.log_ratio())
         kw.update(next_values=m.series(), terminated=m.flag(flag), truncated=m.flag(flag))
         return Case(op, rlscan.vtrace, ref.vtrace, args, kw)
     if op == "retrace":
-        args = (m.series(), m.series(), m.series(), m.series(-0.5, 0.5))
+        args = (m.series(), m.series(), m.series(), m.log_ratio())
         kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
         return Case(op, rlscan.retrace, ref.retrace, args, kw)
     if op == "retrace_from_q":
-        args = (m.series(), m.table(), m.actions(), m.table(probs=True), m.series(-2.0, -0.5))
+        q, actions, pi = m.table(), m.actions(), m.table(probs=True)
+        # log μ = log π(a) − log ρ: behaviour probabilities whose ratio to π stays off the clip
+        log_mu = m.log_ratio(0.75)
+        if m.random:
+            pi_a = pi.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            log_mu.copy_((pi_a.double().log() - log_mu.double()).to(log_mu.dtype))
+        args = (m.series(), q, actions, pi, log_mu)
         kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
         return Case(op, rlscan.retrace_from_q, ref.retrace_from_q, args, kw)
     if op == "eligibility_traces":

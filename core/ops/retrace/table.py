@@ -5,13 +5,13 @@ memory order, and writes the per-step series of :func:`rlscan.retrace`::
 
 then the plain Retrace scan runs on them. At 4096 x 2048 with 4 actions this ran 1.9x
 faster than reducing the tables inside the scan's tiles, as fast at 4096 x 128
-(tools/seed_compare.py, docs/benchmarks.md, issue #18); the exact path keeps the fused kernel.
+(tools/seed_compare.py; docs/benchmarks.md); the exact path keeps the fused kernel.
 
 Contiguous inputs (every series in one memory order, the tables in rows of consecutive
 actions, up to ``MAX_BLOCK_A`` of them) take the prologue's vector path: no position is
 divided into its indices and the number of actions is a compile-time constant, so the rows
 load as 16-byte vectors for 4 actions (8 bytes for 6 or 18); anything else takes the
-strided path (scripts/h200_retrace_table.py times one beside the other).
+strided path.
 """
 from __future__ import annotations
 
