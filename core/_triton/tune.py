@@ -136,7 +136,7 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
         N, T, layout = c.shape["N"], c.shape["T"], c.shape["layout"]
         deterministic = c.when.get("deterministic", False)
         dtype = torch.float32 if c.when.get("words", True) else torch.float64
-        progress(f"[{index + 1}/{len(table.classes)}] {c.name}: {N} x {T} ({layout}, "
+        progress(f"class {index} (of {len(table.classes)}): {c.name}: {N} x {T} ({layout}, "
                  f"{str(dtype).replace('torch.', '')}{', deterministic' if deterministic else ''})")
         ratios: dict = {}  # setting key -> [time / shipped first's time, per op]
         failed: set = set()  # keys of settings that failed or were wrong for some op
