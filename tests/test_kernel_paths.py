@@ -101,7 +101,7 @@ def test_forced_kind_starts_from_its_defaults():
 
 
 def test_gpu_heuristic_by_shape():
-    """The measured rules of ``_gpu_configs`` (the shipped table, core/_triton/tables/h200.json), on an H200's 132 SMs."""
+    """The measured rules of the shipped table (core/_triton/tables/h200.json), on an H200's 132 SMs."""
     from rlscan._triton.launch import _gpu_config, _gpu_configs
 
     sequential = lambda cfg: cfg.kind == "stripe" and cfg.stripes == 1 and cfg.steps == 1  # noqa: E731

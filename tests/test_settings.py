@@ -272,3 +272,16 @@ def test_tune_keeps_the_shipped_order_where_the_budget_runs_out(no_user_tables):
                  progress=lines.append)
     assert [c["settings"] for c in tuned["classes"]] == [c["settings"] for c in copy.deepcopy(table.raw)["classes"]]
     assert any("budget spent" in line for line in lines)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device that cannot be named")
+def test_launches_for_a_gpu_target_without_a_gpu_take_the_shipped_table(no_user_tables, monkeypatch):
+    """As the compile matrix plans them: a CUDA device with a known SM count and no GPU to name."""
+    from rlscan._triton import launch
+
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(launch, "_SM_COUNT", {0: 132})
+    monkeypatch.setattr(launch, "_DEVICE_NAME", {})
+    configs = launch.choose_configs(2048, 4096, False, False, torch.device("cuda", 0), True, 5, True)
+    assert fields(configs[0], "kind", "block_b", "steps", "link") == ("chained", 64, 32, "words")
+    assert launch._DEVICE_NAME == {0: None}

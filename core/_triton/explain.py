@@ -109,8 +109,12 @@ def _conditions(when: dict) -> str:
     for key, value in when.items():
         if isinstance(value, list):
             lo, hi = value
-            parts.append(f"{key} = {lo}" if lo == hi else
-                         f"{key} >= {lo}" if hi is None else f"{key} <= {hi}" if lo is None else f"{lo} <= {key} <= {hi}")
+            if lo == hi:
+                parts.append(f"{key} = {lo}")
+            elif hi is None or lo is None:
+                parts.append(f"{key} >= {lo}" if hi is None else f"{key} <= {hi}")
+            else:
+                parts.append(f"{lo} <= {key} <= {hi}")
         elif isinstance(value, dict):
             bound = [f">= {value['min']}" if "min" in value else "", f"< {value['below']}" if "below" in value else ""]
             parts.append(f"ceil(B / {value['block_b']}) per SM {' and '.join(b for b in bound if b)}")

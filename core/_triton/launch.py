@@ -94,7 +94,10 @@ def _table(device: torch.device) -> "_settings.Table":
     """The settings table for calls on ``device`` (:func:`rlscan._triton.settings.active_table`)."""
     key = device.index if device.index is not None else torch.cuda.current_device()
     if key not in _DEVICE_NAME:
-        _DEVICE_NAME[key] = torch.cuda.get_device_name(key)
+        try:
+            _DEVICE_NAME[key] = torch.cuda.get_device_name(key)
+        except Exception:  # noqa: BLE001 - no device to name (compiling for a GPU target without one)
+            _DEVICE_NAME[key] = None
     return _settings.active_table(_DEVICE_NAME[key])
 
 

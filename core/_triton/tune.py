@@ -193,7 +193,8 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
     return raw
 
 
-def _reordered(shipped: list, ratios: dict, entries: dict, failed: set, gpu: str, N: int, T: int, layout: str, ops: list) -> list:
+def _reordered(shipped: list, ratios: dict, entries: dict, failed: set, gpu: str, N: int, T: int, layout: str,
+               ops: list) -> list:
     """The class's settings, measured ones by geometric-mean time ratio, then the rest in
     their shipped order. Shipped settings that failed and were never measured are dropped,
     unless that would leave no setting without conditions."""
