@@ -2,8 +2,11 @@
 
     rlscan bench [--ops gae,vtrace] [--shapes 4096x128,16x262144] [--layout tn|nt]
                  [--dtype float32] [--quick] [--e2e] [--host] [--out DIR] [--repeat K]
+    rlscan plan OP --shape NxT [--layout tn|nt] [--dtype float32] [--device-sm N]
+    rlscan tune [--ops gae,vtrace] [--budget-s S] [--out PATH]
 
-See ``rlscan bench --help`` and the method in :mod:`rlscan.bench`.
+See ``rlscan bench --help`` and the method in :mod:`rlscan.bench`; ``plan`` and ``tune``
+read and write the launch settings table (docs/tuning.md).
 """
 from __future__ import annotations
 
@@ -126,7 +129,74 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--merge", nargs="+", metavar="BENCH_JSON", default=None,
                    help="run nothing: merge the bench.json files of several runs of one grid on one machine (e.g. "
                         "its ops run in separate calls) into --out's bench.json, with the summary and bench.png")
+    p = sub.add_parser(
+        "plan", help="print the launch settings a call would take, and why",
+        description="Print the shape class of the launch settings table a call matches, its settings in the order "
+                    "a launch plan tries them, each one's reason and measured ratio, and which table file was read. "
+                    "Works without a GPU (an H200's 132 SMs are assumed unless a GPU is present or --device-sm).")
+    p.add_argument("op", choices=tuple(CASES), help="the op")
+    p.add_argument("--shape", type=_shape, required=True, help="NxT: N environments x T steps (e.g. 4096x2048)")
+    p.add_argument("--layout", choices=("tn", "nt"), default="tn",
+                   help="tn = [T, N] time-major (default), nt = [N, T] contiguous along time")
+    p.add_argument("--dtype", type=_dtype, default="float32", help="float32 (default), float16, bfloat16, float64")
+    p.add_argument("--device-sm", type=_positive(int), default=None, dest="device_sm",
+                   help="SMs of the GPU to plan for (default: this GPU's, else 132)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="as under torch.use_deterministic_algorithms(True)")
+    t = sub.add_parser(
+        "tune", help="re-measure the launch settings table on this GPU and write it",
+        description="For each shape class of the launch settings table, at its representative shape, time the "
+                    "class's settings and the alternatives of the same kernel family by CUDA-graph device time "
+                    "(each result checked against the float64 truth first), reorder them by measured time and "
+                    "write the table. rlscan reads it on this GPU from then on (docs/tuning.md).")
+    t.add_argument("--ops", type=_ops, default=tuple(CASES),
+                   help=f"comma-separated ops to time (default: all of {','.join(CASES)})")
+    t.add_argument("--budget-s", type=_positive(float), default=1800.0, dest="budget_s",
+                   help="seconds to spend (default 1800); classes not reached keep their shipped order")
+    t.add_argument("--out", default=None,
+                   help="where to write the table (default ~/.cache/rlscan/settings/<GPU name>.json)")
+    t.add_argument("--classes", default=None,
+                   help="comma-separated class numbers to tune (as `rlscan plan` prints them; default all)")
     return top
+
+
+def _plan(args) -> int:
+    import torch
+
+    from ._triton.explain import report
+
+    n, t = args.shape
+    print(report(args.op, n, t, args.layout, getattr(torch, args.dtype), n_sm=args.device_sm,
+                 deterministic=args.deterministic))
+    return 0
+
+
+def _tune(args) -> int:
+    import torch
+
+    from ._triton import settings
+    from ._triton.tune import tune, write
+
+    if not torch.cuda.is_available():
+        print("rlscan tune needs a CUDA GPU: it times the launch settings on the GPU they are for", file=sys.stderr)
+        return 2
+    table = settings.active_table(torch.cuda.get_device_name())
+    try:
+        classes = None if args.classes is None else [int(x) for x in args.classes.split(",") if x.strip()]
+    except ValueError:
+        print(f"rlscan tune: --classes takes class numbers, got {args.classes!r}", file=sys.stderr)
+        return 2
+    if classes is not None and not all(0 <= i < len(table.classes) for i in classes):
+        print(f"rlscan tune: --classes must be among 0..{len(table.classes) - 1}", file=sys.stderr)
+        return 2
+    name = torch.cuda.get_device_name()
+    n_sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    print(f"rlscan tune: {name} ({n_sm} SMs), starting from {table.path}, budget {args.budget_s:.0f} s", flush=True)
+    raw = tune(table, ops=args.ops, device=torch.device("cuda"), gpu=name, n_sm=n_sm, budget_s=args.budget_s,
+               classes=classes, progress=lambda line: print(line, flush=True))
+    path = write(raw, args.out or settings.cache_path(name))
+    print(f"wrote {path}; `rlscan plan OP --shape NxT` shows what it chooses")
+    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -136,6 +206,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         print(f"rlscan {__version__}")
         return 0
+    if args.command == "plan":
+        return _plan(args)
+    if args.command == "tune":
+        return _tune(args)
     if args.command != "bench":
         parser().print_help()
         return 2

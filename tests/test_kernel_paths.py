@@ -101,7 +101,7 @@ def test_forced_kind_starts_from_its_defaults():
 
 
 def test_gpu_heuristic_by_shape():
-    """The measured rules of ``_gpu_configs`` (docs/perf-notes.md), on an H200's 132 SMs."""
+    """The measured rules of the shipped table (core/_triton/tables/h200.json), on an H200's 132 SMs."""
     from rlscan._triton.launch import _gpu_config, _gpu_configs
 
     sequential = lambda cfg: cfg.kind == "stripe" and cfg.stripes == 1 and cfg.steps == 1  # noqa: E731
@@ -164,7 +164,7 @@ def test_gpu_heuristic_by_shape():
             assert (tiles.kind, tiles.block_t, tiles.n_chunks > 1) == ("scan", 512, True)
         for fallback in (_gpu_configs(T, 1, False, 132, words=False), _gpu_configs(T, 1, False, 132, deterministic=True)):
             assert fallback == (tiles,)
-    (shorter,) = _gpu_configs(2**18, 1, False, 132, series=5)  # as fast as one pass there (run 49)
+    (shorter,) = _gpu_configs(2**18, 1, False, 132, series=5)  # the two launches were as fast as one pass there
     assert (shorter.kind, shorter.block_t, shorter.n_chunks > 1) == ("scan", 512, True)
     assert _gpu_config(2048, 4096, True, 132).block_t == 256
     for N, T in ((132, 1024), (512, 2048), (527, 4096)):  # [N, T], rows too few for 4-row tiles: one per program

@@ -1,0 +1,233 @@
+"""``rlscan tune``: re-measure the launch settings table on this GPU and write it out.
+
+For each shape class of the table, at the class's representative shape, for each op whose
+call there matches the class:
+
+1. the candidates: the class's settings that apply to the call, then the other settings
+   listed anywhere in the table of the same kernel family (steps across a tile's threads, or
+   held in each thread) that apply to it (no chained kind under deterministic algorithms);
+2. each candidate runs forced (``forced_config``) and its result is checked against the
+   float64 truth (:mod:`rlscan.bench.check`); a wrong or failing one is dropped;
+3. each is timed by CUDA-graph device time (:func:`rlscan.bench.timing.device_time`).
+
+A class's settings are then ordered by the geometric mean, over its ops, of
+``time(setting) / time(shipped first choice)``; each measured one records the reason
+"measured on <GPU> by rlscan tune" and ``ratio = time(shipped first) / time(setting)``
+(above 1: faster than the shipped choice). Settings not reached within ``--budget-s`` keep
+their shipped order, after the measured ones. The table is validated before it is written.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from typing import Callable, Optional
+
+from . import settings
+
+FIELDS = ("kind", "block_b", "num_warps", "block_t", "stripes", "steps", "stages", "unroll", "step_scan",
+          "lookback", "link")
+_DEFAULTS = settings.Config("scan", 1, 1)._asdict()
+
+
+def _key(entry: dict) -> tuple:
+    """What makes two table entries the same setting: their Config fields and chunk rule."""
+    fields = tuple((f, entry.get(f, _DEFAULTS[f])) for f in FIELDS)
+    return fields + (("chunks", entry["chunks"]), ("programs_per_sm", entry.get("programs_per_sm")),
+                     ("max_chunks", entry.get("max_chunks")))
+
+
+def _forced_fields(cfg: settings.Config) -> dict:
+    """``forced_config`` arguments that reproduce the resolved setting ``cfg`` exactly."""
+    return {f: getattr(cfg, f) for f in FIELDS + ("n_chunks",)}
+
+
+def device_clock(fn: Callable, device) -> float:
+    """Seconds per call on the device: CUDA-graph replay timed with CUDA events."""
+    from ..bench.timing import device_time, synchronizer, timed_once
+
+    _, one = timed_once(fn, synchronizer(device))
+    return device_time(fn, one_call_s=one, target_s=0.02, repeat=5).seconds
+
+
+def wall_clock(fn: Callable, device) -> float:
+    """One synchronized call's wall clock (what the interpreter can offer; meaningless there)."""
+    from ..bench.timing import synchronizer, timed_once
+
+    return timed_once(fn, synchronizer(device))[1]
+
+
+def _candidates(table: settings.Table, c: settings.ShapeClass, q: settings.Query) -> list:
+    """``[(raw entry, resolved Config, shipped?)]`` for the call ``q`` of class ``c``."""
+    index = table.classes.index(c)
+    own = [(raw, s) for raw, s in zip(table.raw["classes"][index]["settings"], c.settings) if settings.holds(s.when, q)]
+    families = {settings.FAMILIES[s.config.kind] for _, s in own}
+    out, seen = [], set()
+    for raw, s in own:
+        cfg = settings.resolve(s, q)
+        if cfg not in seen:
+            seen.add(cfg)
+            out.append((raw, cfg, True))
+    for raw_class, other in zip(table.raw["classes"], table.classes):
+        for raw, s in zip(raw_class["settings"], other.settings):
+            if settings.FAMILIES[s.config.kind] not in families or not settings.holds(s.when, q):
+                continue
+            if q.deterministic and s.config.kind in settings.CHAINED:
+                continue
+            cfg = settings.resolve(s, q)
+            if cfg not in seen:
+                seen.add(cfg)
+                out.append((raw, cfg, False))
+    return out
+
+
+def _run_checked(case, inputs, cfg, want, tolerance) -> tuple:
+    """``(function that runs the call forced to cfg, None)`` or ``(None, why it is dropped)``."""
+    import rlscan
+
+    from ..bench.cases import outputs_of
+    from ..bench.check import relative_error
+    from .launch import CompileFallbackWarning, forced_config
+
+    forced = _forced_fields(cfg)
+
+    def call():
+        with forced_config(**forced):
+            return case.call(rlscan, inputs)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CompileFallbackWarning)
+        try:
+            with rlscan.use_backend("triton"):
+                got = outputs_of(call())
+        except Exception as exc:  # noqa: BLE001 - a setting that cannot run here is dropped, not fatal
+            return None, f"failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
+    if any(issubclass(w.category, CompileFallbackWarning) for w in caught):
+        return None, "did not compile on this stack (the plan fell back)"
+    err = relative_error(got, want)
+    if not err <= tolerance:
+        return None, f"wrong result (relative error {err:.2e} > {tolerance:.0e})"
+
+    def timed():
+        with rlscan.use_backend("triton"):
+            call()
+
+    return timed, None
+
+
+def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: float = 600.0,
+         clock: Optional[Callable] = None, progress: Callable = print, classes=None) -> dict:
+    """The re-measured table (parsed JSON, validated). ``ops``: bench op names; ``classes``:
+    indices of the classes to tune (default all); ``clock(fn, device)``: seconds per call."""
+    import torch
+
+    from ..bench.cases import CASES, make_inputs
+    from ..bench.check import TOLERANCE, truth
+    from .explain import call_query
+
+    clock = clock or (device_clock if device.type == "cuda" else wall_clock)
+    raw = copy.deepcopy(table.raw)
+    deadline = time.monotonic() + budget_s
+    wanted = range(len(table.classes)) if classes is None else classes
+    tuned = 0
+    for index in wanted:
+        c = table.classes[index]
+        N, T, layout = c.shape["N"], c.shape["T"], c.shape["layout"]
+        deterministic = c.when.get("deterministic", False)
+        dtype = torch.float32 if c.when.get("words", True) else torch.float64
+        progress(f"class {index} (of {len(table.classes)}): {c.name}: {N} x {T} ({layout}, "
+                 f"{str(dtype).replace('torch.', '')}{', deterministic' if deterministic else ''})")
+        ratios: dict = {}  # setting key -> [time / shipped first's time, per op]
+        failed: set = set()  # keys of settings that failed or were wrong for some op
+        entries: dict = {}  # setting key -> raw entry
+        measured_ops = []
+        for op in ops:
+            if time.monotonic() > deadline:
+                progress("  budget spent: the remaining settings keep their shipped order")
+                break
+            case = CASES[op]
+            inputs = make_inputs(case, T, N, dtype, layout, device)
+            previous = torch.are_deterministic_algorithms_enabled()
+            torch.use_deterministic_algorithms(deterministic)
+            try:
+                q = settings.Query(**dict(call_query(case, inputs), n_sm=n_sm, deterministic=deterministic))
+                matched = settings.match(q, table)
+                if matched is not c:
+                    progress(f"  {op}: its call matches class {table.classes.index(matched)} ({matched.name}); skipped")
+                    continue
+                want, _ = truth(case, inputs, T, N)
+                times = {}
+                first = None
+                for raw_entry, cfg, shipped in _candidates(table, c, q):
+                    if time.monotonic() > deadline:
+                        progress("  budget spent")
+                        break
+                    fn, why = _run_checked(case, inputs, cfg, want, TOLERANCE[dtype])
+                    label = ("" if shipped else "alternative: ") + _describe(cfg)
+                    if fn is None:
+                        failed.add(_key(raw_entry))
+                        progress(f"  {op}: {label}: dropped, {why}")
+                        continue
+                    seconds = clock(fn, device)
+                    if first is None and shipped:
+                        first = seconds
+                    times[_key(raw_entry)] = seconds
+                    entries[_key(raw_entry)] = raw_entry
+                    progress(f"  {op}: {label}: {seconds * 1e6:.1f} us")
+            finally:
+                torch.use_deterministic_algorithms(previous)
+            if first is None:
+                continue
+            measured_ops.append(op)
+            for key, seconds in times.items():
+                ratios.setdefault(key, []).append(seconds / first)
+        if not ratios:
+            continue
+        raw["classes"][index]["settings"] = _reordered(raw["classes"][index]["settings"], ratios, entries, failed,
+                                                       gpu, N, T, layout, measured_ops)
+        tuned += 1
+    raw.update(gpu=gpu, n_sm=n_sm, source=f"rlscan tune on {gpu} ({n_sm} SMs), {tuned} of "
+                                          f"{len(table.classes)} classes re-measured, {time.strftime('%Y-%m-%d')}")
+    settings.validate(raw, "the tuned table")
+    return raw
+
+
+def _reordered(shipped: list, ratios: dict, entries: dict, failed: set, gpu: str, N: int, T: int, layout: str,
+               ops: list) -> list:
+    """The class's settings, measured ones by geometric-mean time ratio, then the rest in
+    their shipped order. Shipped settings that failed and were never measured are dropped,
+    unless that would leave no setting without conditions."""
+    score = {k: math.exp(sum(map(math.log, r)) / len(r)) for k, r in ratios.items()}
+    shape = f"{N} x {T} ({'[T, N]' if layout == 'tn' else '[N, T]'})"
+    measured = []
+    for key in sorted(score, key=score.get):
+        entry = dict(entries[key])
+        ratio = 1.0 / score[key]
+        entry.update(reason=f"measured on {gpu} by rlscan tune",
+                     measured=f"{ratio:.2f}x the speed of the shipped first choice at {shape}, geometric mean over "
+                              f"{', '.join(ops)}",
+                     ratio=round(ratio, 4))
+        measured.append(entry)
+    rest = [e for e in shipped if _key(e) not in score and _key(e) not in failed]
+    out = measured + rest
+    if all(e.get("when") for e in out):
+        out.append(next(e for e in shipped if not e.get("when")))
+    return out
+
+
+def _describe(cfg) -> str:
+    from .explain import describe_setting
+
+    return describe_setting(cfg)
+
+
+def write(raw: dict, path) -> str:
+    """Write the table ``raw`` to ``path`` (its folders made); the path written."""
+    from pathlib import Path
+
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(settings.dumps(raw))
+    settings.clear_cache()
+    return str(path)

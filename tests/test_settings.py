@@ -1,0 +1,287 @@
+"""The launch settings table (``rlscan._triton.settings``): the shipped H200 rules, the
+validation of user tables, the loader's order of tables, ``rlscan plan`` and ``rlscan tune``.
+Expected settings here are written out by hand from the measured rules, not read from the
+table."""
+import contextlib
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlscan._triton import settings
+from rlscan._triton.settings import Config, configs_for
+
+
+def shipped_configs(T, B, time_contiguous=False, n_sm=132, reverse=True, deterministic=False, series=5, words=True):
+    return configs_for(T, B, time_contiguous, n_sm, reverse, deterministic, series, words, table=settings.shipped())
+
+
+def fields(cfg, *names):
+    return tuple(getattr(cfg, n) for n in names)
+
+
+def test_time_major_4096_by_2048_light_kernels_take_chained_64_by_32_words_first():
+    configs = shipped_configs(2048, 4096, series=5)
+    assert fields(configs[0], "kind", "block_b", "num_warps", "steps", "lookback", "link", "n_chunks", "chunk_len") == (
+        "chained", 64, 1, 32, 1, "words", 64, 32)
+    assert fields(configs[1], "kind", "block_b", "steps", "lookback", "link") == ("chained", 128, 16, 4, "flags")
+    assert [c.steps for c in configs] == [32, 16, 8, 8]
+    heavy = shipped_configs(2048, 4096, series=6)
+    assert fields(heavy[0], "block_b", "steps", "link") == (64, 16, "words")
+    forward = shipped_configs(2048, 4096, reverse=False)
+    assert fields(forward[-1], "kind", "block_b", "steps", "n_chunks", "chunk_len") == ("block", 128, 4, 32, 64)
+
+
+def test_deterministic_calls_take_the_block_kernel_split_for_16_programs_per_sm():
+    (cfg,) = shipped_configs(2048, 4096, deterministic=True)
+    # 32 environment blocks; min(32, ceil(16 * 132 / 32)) = 32 chunks of 64 steps
+    assert fields(cfg, "kind", "block_b", "steps", "n_chunks", "chunk_len", "block_c") == ("block", 128, 4, 32, 64, 32)
+    (wider,) = shipped_configs(512, 16384, deterministic=True, n_sm=78)
+    # 128 blocks: ceil(16 * 78 / 128) = 10 chunks of ceil(512 / 10) rounded up to 4 steps: 52
+    assert fields(wider, "n_chunks", "chunk_len") == (10, 52)
+
+
+def test_conditions_relative_to_the_sm_count():
+    for n_sm in (78, 108, 132):
+        at = 3 * 128 * n_sm  # ceil(B / 128) >= 3 * n_sm: one step per thread, environments enough
+        assert shipped_configs(2048, at, n_sm=n_sm)[0] == Config("stripe", 128, 4, n_chunks=1, chunk_len=2048)
+        assert shipped_configs(2048, at - 128, n_sm=n_sm)[0].kind == "chained"
+        for B in (n_sm, 4 * n_sm - 1):  # [N, T] rows, n_sm <= B < 4 n_sm: one row per program
+            assert shipped_configs(2048, B, True, n_sm)[0] == Config("scan", 1, 8, block_t=1024, n_chunks=1,
+                                                                     chunk_len=2048)
+        for B in (n_sm - 1, 4 * n_sm):
+            assert shipped_configs(2048, B, True, n_sm)[0].block_b == 4
+
+
+def test_sizes_never_exceed_the_problem_and_time_splits_for_few_blocks():
+    # [T, N] 8 x 3: tiles of 8 environments capped at 4, 16 steps capped at 8
+    assert shipped_configs(8, 3)[0] == Config("scan", 4, 1, block_t=8, n_chunks=1, chunk_len=8)
+    # 17-128 steps: stripes of 4 steps, as many as the window needs (ceil(40 / 4) = 10 -> 16)
+    assert fields(shipped_configs(40, 100)[0], "kind", "block_b", "stripes", "steps") == ("stripe", 8, 16, 4)
+    # 256 x 4096: 16 blocks of 16 environments, fewer than 132 SMs: time split for ~4 programs per SM,
+    # min(16 windows, ceil(4 * 132 / 16) = 33, 4096 // 16) = 16 chunks of one 256-step window each
+    assert fields(shipped_configs(4096, 256)[0], "kind", "block_b", "block_t", "n_chunks", "chunk_len") == (
+        "scan", 16, 256, 16, 256)
+    # 128 x 4096: 8 blocks; min(64 windows of 64, ceil(528 / 8) = 66, 4096 // 16) = 64 chunks
+    assert fields(shipped_configs(4096, 128, series=0)[0], "block_b", "n_chunks", "chunk_len") == (16, 16, 256)
+    assert shipped_configs(1000, 256)[0].n_chunks == 1  # below 1024 steps a second launch does not pay
+    one_long = shipped_configs(1_000_000, 1, series=5)
+    assert fields(one_long[0], "kind", "block_t", "num_warps", "lookback") == ("chained_scan", 2048, 4, 64)
+    # one block: min(1954 windows, 4 * 132) = 528 chunks of 1894 steps rounded up to 2048: 489 chunks
+    assert fields(one_long[1], "kind", "block_t", "n_chunks", "chunk_len") == ("scan", 512, 489, 2048)
+
+
+def test_the_shipped_table_is_valid_and_laid_out_by_dumps():
+    text = settings.SHIPPED.read_text()
+    raw = json.loads(text)
+    settings.validate(raw)
+    assert settings.dumps(raw) == text
+    table = settings.shipped()
+    assert all(s.reason.strip() for c in table.classes for s in c.settings)
+    assert not table.classes[-1].when
+
+
+def test_the_table_ships_as_package_data():
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    data = config["tool"]["setuptools"]["package-data"]["rlscan._triton"]
+    assert any(Path("tables/h200.json").match(pattern) for pattern in data)
+
+
+def minimal_table(**setting):
+    entry = dict(kind="scan", block_b=16, num_warps=4, block_t=32, chunks="one", reason="tiles", measured=None)
+    entry.update(setting)
+    return {"format": 1, "gpu": "test", "n_sm": 4, "classes": [
+        {"name": "tiny", "when": {"T": [1, 64]}, "shape": {"N": 2, "T": 5, "layout": "tn"},
+         "settings": [dict(entry, when={"series": [0, 3]}), dict(entry, block_t=4)]},
+        {"name": "rest", "when": {}, "shape": {"N": 2, "T": 100, "layout": "tn"},
+         "settings": [dict(entry)]}]}
+
+
+@pytest.mark.parametrize("change, where, field", [
+    (lambda t: t["classes"][0]["settings"][1].update(block_b=3), "class 0 ('tiny'), setting 1", "block_b"),
+    (lambda t: t["classes"][0]["settings"][0].update(kind="warp"), "class 0 ('tiny'), setting 0", "kind"),
+    (lambda t: t["classes"][1]["settings"][0].pop("reason"), "class 1 ('rest'), setting 0", "reason"),
+    (lambda t: t["classes"][1]["settings"][0].update(chunks="split", programs_per_sm=4),
+     "class 1 ('rest'), setting 0", "max_chunks"),
+    (lambda t: t["classes"][1]["settings"][0].update(blocks=2), "class 1 ('rest'), setting 0", "blocks"),
+    (lambda t: t["classes"][0]["when"].update(T=[64, 1]), "class 0 ('tiny')", "when.T"),
+    (lambda t: t["classes"][0]["when"].update(warps=2), "class 0 ('tiny')", "when"),
+    (lambda t: t["classes"][0]["when"].update(programs_per_sm={"block_b": 0, "min": 1}), "class 0 ('tiny')",
+     "when.programs_per_sm"),
+    (lambda t: t["classes"][1].update(when={"B": [1, 8]}), "class 1 ('rest')", "when"),
+    (lambda t: t["classes"][1].update(name="tiny"), "class 1 ('tiny')", "name"),
+    (lambda t: t["classes"][0].update(shape={"N": 2, "T": 5}), "class 0 ('tiny')", "shape"),
+    (lambda t: t["classes"][0]["settings"][1].update(when={"reverse": True}), "class 0 ('tiny')", "settings"),
+])
+def test_a_malformed_table_names_the_entry_and_the_field(change, where, field):
+    settings.validate(minimal_table())
+    raw = minimal_table()
+    change(raw)
+    with pytest.raises(ValueError) as caught:
+        settings.validate(raw, "user.json")
+    message = str(caught.value)
+    assert message.startswith(f"user.json: {where}: field {field!r}"), message
+
+
+def test_the_matcher_reads_a_user_table():
+    table = settings.validate(minimal_table(num_warps=2))
+    # one chunk of whole windows: 5 steps in one 8-step tile, or two 4-step tiles
+    assert configs_for(5, 2, False, 4, series=2, table=table) == (
+        Config("scan", 2, 2, block_t=8, n_chunks=1, chunk_len=8), Config("scan", 2, 2, block_t=4, n_chunks=1,
+                                                                          chunk_len=8))
+    assert configs_for(5, 2, False, 4, series=4, table=table) == (Config("scan", 2, 2, block_t=4, n_chunks=1,
+                                                                         chunk_len=8),)
+    assert configs_for(100, 2, False, 4, table=table) == (Config("scan", 2, 2, block_t=32, n_chunks=1,
+                                                                 chunk_len=128),)
+
+
+@pytest.fixture
+def no_user_tables(monkeypatch, tmp_path):
+    monkeypatch.delenv("RLSCAN_SETTINGS", raising=False)
+    monkeypatch.setattr(settings, "CACHE_DIR", tmp_path / "cache")
+    settings.clear_cache()
+    yield tmp_path
+    settings.clear_cache()
+
+
+def test_the_loader_prefers_the_environment_then_the_device_cache_then_the_shipped_table(no_user_tables,
+                                                                                          monkeypatch):
+    tmp_path = no_user_tables
+    assert settings.active_table("NVIDIA A100-SXM4-80GB") is settings.shipped()
+    cached = settings.cache_path("NVIDIA A100-SXM4-80GB")
+    assert cached.name == "nvidia-a100-sxm4-80gb.json"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(settings.dumps(minimal_table(num_warps=2)))
+    assert settings.active_table("NVIDIA A100-SXM4-80GB").path == str(cached)
+    assert settings.active_table("NVIDIA L4") is settings.shipped()
+    chosen = tmp_path / "chosen.json"
+    chosen.write_text(settings.dumps(minimal_table(num_warps=8)))
+    monkeypatch.setenv("RLSCAN_SETTINGS", str(chosen))
+    settings.clear_cache()
+    assert settings.active_table("NVIDIA A100-SXM4-80GB").path == str(chosen)
+
+
+def test_a_bad_user_table_warns_once_and_the_shipped_one_is_used(no_user_tables, monkeypatch):
+    bad = no_user_tables / "bad.json"
+    raw = minimal_table()
+    raw["classes"][0]["settings"][0]["num_warps"] = 6
+    bad.write_text(json.dumps(raw))
+    monkeypatch.setenv("RLSCAN_SETTINGS", str(bad))
+    with pytest.warns(RuntimeWarning, match=r"bad.json.*num_warps"):
+        assert settings.active_table() is settings.shipped()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert settings.active_table() is settings.shipped()  # once
+    (no_user_tables / "broken.json").write_text("{not json")
+    monkeypatch.setenv("RLSCAN_SETTINGS", str(no_user_tables / "broken.json"))
+    with pytest.warns(RuntimeWarning, match="cannot read"):
+        assert settings.active_table() is settings.shipped()
+
+
+def test_plan_explains_the_time_major_4096_by_2048_call(no_user_tables, capsys):
+    from rlscan import cli
+
+    assert cli.main(["plan", "gae", "--shape", "4096x2048", "--layout", "tn"]) == 0
+    out = capsys.readouterr().out
+    assert str(settings.SHIPPED) in out and "shipped" in out
+    assert "[T, N], 4096+ environments, 512+ steps" in out and "series=5" in out and "132 SMs" in out
+    first = next(line for line in out.splitlines() if line.strip().startswith("1."))
+    assert "chained block_b=64 num_warps=1 steps=32 link=words (64 chunks of 32 steps" in first
+    assert "1.05-1.17x" in out
+    assert cli.main(["plan", "vtrace", "--shape", "512x2048", "--layout", "nt", "--device-sm", "108"]) == 0
+    out = capsys.readouterr().out
+    assert "[N, T] rows" in out and "108 SMs (--device-sm)" in out and "series=6" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
+def test_tune_needs_a_gpu(capsys):
+    from rlscan import cli
+
+    assert cli.main(["tune", "--ops", "gae", "--budget-s", "1"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's tuning loop")
+def test_tune_reorders_by_measured_time_and_writes_a_table_the_matcher_uses(no_user_tables, monkeypatch):
+    from rlscan._triton import launch
+    from rlscan._triton.tune import tune, write
+
+    raw = {"format": 1, "gpu": "test", "n_sm": 4, "classes": [
+        {"name": "everything", "when": {}, "shape": {"N": 2, "T": 5, "layout": "tn"}, "settings": [
+            dict(kind="scan", block_b=2, num_warps=1, block_t=4, chunks="one", reason="four-step tiles",
+                 measured=None),
+            dict(kind="scan", block_b=2, num_warps=1, block_t=2, chunks="one", reason="two-step tiles",
+                 measured=None, when={"reverse": True}),
+            dict(kind="stripe", block_b=2, num_warps=1, chunks="one", reason="sequential", measured=None,
+                 when={"reverse": False}),
+        ]}]}
+    table = settings.validate(raw)
+    seconds = {4: 3e-6, 2: 1e-6, 1: 2e-6}  # the clock is meaningless under the interpreter: a fake one
+    timed, lines, forced = [], [], {}
+    real = launch.forced_config
+
+    @contextlib.contextmanager
+    def recorded(**fields):
+        forced.clear()
+        forced.update(fields)
+        with real(**fields):
+            yield
+
+    monkeypatch.setattr(launch, "forced_config", recorded)
+
+    def clock(fn, device):
+        fn()
+        timed.append((forced["kind"], forced["block_t"]))
+        return seconds[forced["block_t"]]
+
+    tuned = tune(table, ops=("gae", "eligibility_traces"), device=torch.device("cpu"), gpu="Test GPU", n_sm=4,
+                 budget_s=600, clock=clock, progress=lines.append)
+    # gae runs backward: the two tile settings (the stripe one holds forward in time only);
+    # eligibility traces run forward: the four-step tiles and the stripe setting
+    assert timed == [("scan", 4), ("scan", 2), ("scan", 4), ("stripe", 1)]
+    first, *rest = tuned["classes"][0]["settings"]
+    assert (first["block_t"], first["reason"]) == (2, "measured on Test GPU by rlscan tune")
+    assert first["ratio"] == 3.0 and "3.00x" in first["measured"]
+    assert [(s["kind"], s.get("block_t"), s.get("ratio")) for s in rest] == [
+        ("stripe", None, 1.5), ("scan", 4, 1.0)]
+    assert any("gae" in line and "us" in line for line in lines)
+    path = write(tuned, no_user_tables / "tuned.json")
+    monkeypatch.setenv("RLSCAN_SETTINGS", path)
+    settings.clear_cache()
+    loaded = settings.active_table()
+    assert loaded.path == path and loaded.gpu == "Test GPU" and loaded.n_sm == 4
+    backward = configs_for(5, 2, False, 4, reverse=True, table=loaded)
+    assert [c.block_t for c in backward] == [2, 4]
+    forward = configs_for(5, 2, False, 4, reverse=False, table=loaded)
+    assert [c.kind for c in forward] == ["stripe", "scan"]
+    assert math.isclose(loaded.classes[0].settings[0].ratio, 3.0)
+
+
+def test_tune_keeps_the_shipped_order_where_the_budget_runs_out(no_user_tables):
+    from rlscan._triton.tune import tune
+
+    table = settings.validate(minimal_table())
+    lines = []
+    tuned = tune(table, ops=("gae",), device=torch.device("cpu"), gpu="Test GPU", n_sm=4, budget_s=-1,
+                 progress=lines.append)
+    assert [c["settings"] for c in tuned["classes"]] == [c["settings"] for c in copy.deepcopy(table.raw)["classes"]]
+    assert any("budget spent" in line for line in lines)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device that cannot be named")
+def test_launches_for_a_gpu_target_without_a_gpu_take_the_shipped_table(no_user_tables, monkeypatch):
+    """As the compile matrix plans them: a CUDA device with a known SM count and no GPU to name."""
+    from rlscan._triton import launch
+
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(launch, "_SM_COUNT", {0: 132})
+    monkeypatch.setattr(launch, "_DEVICE_NAME", {})
+    configs = launch.choose_configs(2048, 4096, False, False, torch.device("cuda", 0), True, 5, True)
+    assert fields(configs[0], "kind", "block_b", "steps", "link") == ("chained", 64, 32, "words")
+    assert launch._DEVICE_NAME == {0: None}
