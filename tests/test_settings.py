@@ -248,17 +248,21 @@ def test_tune_reorders_by_measured_time_and_writes_a_table_the_matcher_uses(no_u
     first, *rest = tuned["classes"][0]["settings"]
     assert (first["block_t"], first["reason"]) == (2, "measured on Test GPU by rlscan tune")
     assert first["ratio"] == 3.0 and "3.00x" in first["measured"]
-    assert [(s["kind"], s.get("block_t"), s.get("ratio")) for s in rest] == [
-        ("stripe", None, 1.5), ("scan", 4, 1.0)]
+    assert first["when"] == {"reverse": True, "series": [1, 5]}
+    # each op's group in its own measured order, pinned to its direction and weight, then the
+    # shipped settings for every other call
+    assert [(s["kind"], s.get("block_t"), s.get("ratio"), s.get("when", {}).get("reverse")) for s in rest] == [
+        ("scan", 4, 1.0, True), ("stripe", None, 1.5, False), ("scan", 4, 1.0, False),
+        ("scan", 4, None, None), ("scan", 2, None, True), ("stripe", None, None, False)]
     assert any("gae" in line and "us" in line for line in lines)
     path = write(tuned, no_user_tables / "tuned.json")
     monkeypatch.setenv("RLSCAN_SETTINGS", path)
     settings.clear_cache()
     loaded = settings.active_table()
     assert loaded.path == path and loaded.gpu == "Test GPU" and loaded.n_sm == 4
-    backward = configs_for(5, 2, False, 4, reverse=True, table=loaded)
+    backward = configs_for(5, 2, False, 4, reverse=True, series=5, table=loaded)
     assert [c.block_t for c in backward] == [2, 4]
-    forward = configs_for(5, 2, False, 4, reverse=False, table=loaded)
+    forward = configs_for(5, 2, False, 4, reverse=False, series=3, table=loaded)
     assert [c.kind for c in forward] == ["stripe", "scan"]
     assert math.isclose(loaded.classes[0].settings[0].ratio, 3.0)
 

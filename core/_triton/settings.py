@@ -428,7 +428,7 @@ def configs_for(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool 
     q = Query(int(T), int(B), bool(time_contiguous), int(n_sm), bool(reverse), bool(deterministic), int(series),
               bool(words))
     _, chosen = candidates(q, active_table(current_device_name()) if table is None else table)
-    return tuple(resolve(s, q) for s in chosen)
+    return tuple(dict.fromkeys(resolve(s, q) for s in chosen))  # a setting listed twice is tried once
 
 
 def dumps(raw: dict) -> str:

@@ -10,11 +10,16 @@ call there matches the class:
    float64 truth (:mod:`rlscan.bench.check`); a wrong or failing one is dropped;
 3. each is timed by CUDA-graph device time (:func:`rlscan.bench.timing.device_time`).
 
-A class's settings are then ordered by the geometric mean, over its ops, of
-``time(setting) / time(shipped first choice)``; each measured one records the reason
-"measured on <GPU> by rlscan tune" and ``ratio = time(shipped first) / time(setting)``
-(above 1: faster than the shipped choice). Settings not reached within ``--budget-s`` keep
-their shipped order, after the measured ones. The table is validated before it is written.
+The ops of a class are grouped by what the table's settings are conditioned on: the
+direction of the scan and the kernel's weight (at most 5 series, or more). For each group,
+the settings measured for every op of the group are ordered by the geometric mean, over
+those ops, of ``time(setting) / time(shipped first choice)``, and written with a condition
+that pins the group (``reverse`` and ``series``), so an op never inherits an order measured
+on another op's kernel. Each records the reason "measured on <GPU> by rlscan tune" and
+``ratio = time(shipped first) / time(setting)`` (above 1: faster than the shipped choice).
+The shipped settings follow, in their shipped order, for every call the measured groups do
+not cover (and for classes not reached within ``--budget-s``). The table is validated
+before it is written.
 """
 from __future__ import annotations
 
@@ -138,10 +143,9 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
         dtype = torch.float32 if c.when.get("words", True) else torch.float64
         progress(f"class {index} (of {len(table.classes)}): {c.name}: {N} x {T} ({layout}, "
                  f"{str(dtype).replace('torch.', '')}{', deterministic' if deterministic else ''})")
-        ratios: dict = {}  # setting key -> [time / shipped first's time, per op]
+        groups: dict = {}  # (reverse, series range) -> {op: {setting key: time / shipped first's time}}
         failed: set = set()  # keys of settings that failed or were wrong for some op
         entries: dict = {}  # setting key -> raw entry
-        measured_ops = []
         for op in ops:
             if time.monotonic() > deadline:
                 progress("  budget spent: the remaining settings keep their shipped order")
@@ -179,13 +183,12 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
                 torch.use_deterministic_algorithms(previous)
             if first is None:
                 continue
-            measured_ops.append(op)
-            for key, seconds in times.items():
-                ratios.setdefault(key, []).append(seconds / first)
-        if not ratios:
+            group = groups.setdefault((q.reverse, LIGHT if q.series <= LIGHT[1] else HEAVY), {})
+            group[op] = {key: seconds / first for key, seconds in times.items()}
+        if not groups:
             continue
-        raw["classes"][index]["settings"] = _reordered(raw["classes"][index]["settings"], ratios, entries, failed,
-                                                       gpu, N, T, layout, measured_ops)
+        raw["classes"][index]["settings"] = _reordered(raw["classes"][index]["settings"], groups, entries, failed,
+                                                       gpu, N, T, layout)
         tuned += 1
     raw.update(gpu=gpu, n_sm=n_sm, source=f"rlscan tune on {gpu} ({n_sm} SMs), {tuned} of "
                                           f"{len(table.classes)} classes re-measured, {time.strftime('%Y-%m-%d')}")
@@ -193,27 +196,34 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
     return raw
 
 
-def _reordered(shipped: list, ratios: dict, entries: dict, failed: set, gpu: str, N: int, T: int, layout: str,
-               ops: list) -> list:
-    """The class's settings, measured ones by geometric-mean time ratio, then the rest in
-    their shipped order. Shipped settings that failed and were never measured are dropped,
-    unless that would leave no setting without conditions."""
-    score = {k: math.exp(sum(map(math.log, r)) / len(r)) for k, r in ratios.items()}
+#: the kernels' weights the shipped table tells apart: at most 5 series, and more
+LIGHT, HEAVY = (1, 5), (6, None)
+
+
+def _reordered(shipped: list, groups: dict, entries: dict, failed: set, gpu: str, N: int, T: int,
+               layout: str) -> list:
+    """The class's settings: for each group of ops, the settings measured for all of them,
+    by geometric-mean time ratio, pinned to the group; then the shipped settings in their
+    shipped order (those that failed for some op dropped, unless that would leave no setting
+    without conditions)."""
     shape = f"{N} x {T} ({'[T, N]' if layout == 'tn' else '[N, T]'})"
-    measured = []
-    for key in sorted(score, key=score.get):
-        entry = dict(entries[key])
-        ratio = 1.0 / score[key]
-        entry.update(reason=f"measured on {gpu} by rlscan tune",
-                     measured=f"{ratio:.2f}x the speed of the shipped first choice at {shape}, geometric mean over "
-                              f"{', '.join(ops)}",
-                     ratio=round(ratio, 4))
-        measured.append(entry)
-    rest = [e for e in shipped if _key(e) not in score and _key(e) not in failed]
-    out = measured + rest
-    if all(e.get("when") for e in out):
-        out.append(next(e for e in shipped if not e.get("when")))
-    return out
+    out = []
+    for (reverse, series), by_op in groups.items():
+        common = set.intersection(*(set(r) for r in by_op.values()))
+        score = {k: math.exp(sum(math.log(r[k]) for r in by_op.values()) / len(by_op)) for k in common}
+        for key in sorted(score, key=score.get):
+            entry = dict(entries[key])
+            ratio = 1.0 / score[key]
+            entry.update(when={**entry.get("when", {}), "reverse": reverse, "series": list(series)},
+                         reason=f"measured on {gpu} by rlscan tune",
+                         measured=f"{ratio:.2f}x the speed of the shipped first choice at {shape}, geometric "
+                                  f"mean over {', '.join(by_op)}",
+                         ratio=round(ratio, 4))
+            out.append(entry)
+    rest = [e for e in shipped if _key(e) not in failed]
+    if not any(not e.get("when") for e in rest):
+        rest.append(next(e for e in shipped if not e.get("when")))
+    return out + rest
 
 
 def _describe(cfg) -> str:
