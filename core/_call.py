@@ -12,6 +12,10 @@ An op's public function names its arguments to a :class:`Call`, which checks eac
 * inside ``torch.compile``: the op's registered custom op, opaque to the tracer;
 * otherwise: the fused Triton kernel or the compiled CPU loop, by backend. What ran is
   recorded for ``_fast``, so that repeat calls with the same signature skip the checks.
+
+What an op is (its inputs, outputs and kernels) is its :class:`~rlscan._spec.OpSpec`; the
+layers this module dispatches to (``_cpu``, ``_triton.launch``, ``_autograd``,
+``_library``) read that, and none of them imports this module.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from ._inputs import (
     to_tensor,
 )
 from ._spec import OpSpec, grid_view, kernel_strides, tensor_signature, triton_only
-from ._triton.launch import cached_plan, new_plan
+from ._triton import launch as _launch
 
 
 class Coef(NamedTuple):
@@ -290,7 +294,7 @@ class Call:
         signature = (id(op), exact, self.time_dim, self.device, tuple(map(tensor_signature, tensors)),
                      tuple(map(tensor_signature, outs)))
         if path == "triton":
-            plan = cached_plan(signature)
+            plan = _launch.cached_plan(signature)
             if plan is not None:
                 return plan
         else:
@@ -318,7 +322,7 @@ class Call:
         lead = tensors[op.time_contiguous_of]
         time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1
         init = None if op.init_of is None else tensors[op.init_of]
-        return new_plan(
+        return _launch.new_plan(
             op.kernel(), layout, tuple(tensors), strides, tuple(outs),
             tuple(layout.strides(next(o for o in outs if o is not None))),
             compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
