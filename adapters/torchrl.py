@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from tensordict.nn import dispatch
 from torchrl.objectives import value as _torchrl_value
+from torchrl.objectives.utils import ValueEstimators
 from torchrl.objectives.value.advantages import _self_set_grad_enabled, _self_set_skip_existing
 
 import rlscan
@@ -44,7 +45,7 @@ from ._torchrl_inputs import (
     state_values,
 )
 from ._torchrl_precision import gae_lmbda, td_lambda_next_values
-from ._torchrl_registry import is_patched, patch, unpatch
+from . import _torchrl_registry
 
 __all__ = ["GAE", "TDLambdaEstimator", "TD1Estimator", "VTrace", "patch", "unpatch", "is_patched"]
 
@@ -238,3 +239,30 @@ class VTrace(_torchrl_value.VTrace):
 def _reread_thresholds(module: VTrace, incompatible_keys) -> None:
     module._read_thresholds()
 
+
+# the registry keys that patch() gives rlscan's estimators
+_DROP_INS = {
+    ValueEstimators.GAE: GAE,
+    ValueEstimators.TDLambda: TDLambdaEstimator,
+    ValueEstimators.TD1: TD1Estimator,
+    ValueEstimators.VTrace: VTrace,
+}
+
+
+def patch() -> None:
+    """Register rlscan's ``GAE``, ``TDLambdaEstimator``, ``TD1Estimator`` and ``VTrace`` for
+    their :class:`~torchrl.objectives.utils.ValueEstimators` keys, keeping TorchRL's default
+    hyperparameters. Every loss that builds one of these estimators afterwards gets
+    rlscan's. Calling it twice is harmless; :func:`unpatch` undoes it."""
+    _torchrl_registry.register(_DROP_INS)
+
+
+def unpatch() -> None:
+    """Restore the estimators that :func:`patch` replaced (a key registered again by
+    someone else since then is left alone)."""
+    _torchrl_registry.restore(_DROP_INS)
+
+
+def is_patched() -> bool:
+    """Whether the registry currently hands out rlscan's estimators."""
+    return _torchrl_registry.registered(_DROP_INS)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._spec import OpSpec, triton_only
+from ._triton.launch import NoKernel
+
 
 class _FusedFunction(torch.autograd.Function):
     @staticmethod
@@ -26,8 +29,6 @@ class _FusedFunction(torch.autograd.Function):
         n = len(saved) - ctx.op.n_out
         if all(g is None for g in grads):
             return (None,) * (4 + n)
-        from ._triton.launch import NoKernel
-
         try:
             grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
         except NoKernel:  # no backward kernel compiles on this stack: differentiate the op's torch form
@@ -48,17 +49,11 @@ def _through_torch_form(ctx, tensors: tuple, grads: tuple) -> tuple:
     return tuple(next(found) if x is not None and need else None for x, need in zip(leaves, needs))
 
 
-def _triton_only(*args):
-    raise RuntimeError("a fused backward runs on the Triton path; the CPU path differentiates the op's torch form")
-
-
 def backward_spec(name: str, inputs: tuple, n_out: int, kernel, time_contiguous_of: int):
     """The :class:`OpSpec` of a fused backward kernel: ``inputs`` are the output gradients and
     what the forward saved; its outputs are the inputs' gradients."""
-    from ._call import OpSpec
-
-    return OpSpec(name=name, inputs=inputs, n_out=n_out, kernel=kernel, cpu=_triton_only,
-                  differentiable=_triton_only, time_contiguous_of=time_contiguous_of)
+    return OpSpec(name=name, inputs=inputs, n_out=n_out, kernel=kernel, cpu=triton_only,
+                  differentiable=triton_only, time_contiguous_of=time_contiguous_of)
 
 
 def gradient_buffers(call, inputs: tuple, needs: tuple) -> tuple:
@@ -89,12 +84,7 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
     call.compute(spec, tensors, scalars, outs, False, path="triton")
 
 
-def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool, record: bool = True) -> tuple:
-    """The op's outputs, differentiable through ``op.backward``; a checked call (``record``)
-    is noted for ``_fast``, whose replays of its signature call this directly."""
-    outs = _FusedFunction.apply(call, op, scalars, exact, *tensors)
-    if record:
-        from . import _fast
-
-        _fast.record_grad(call, op, tensors, scalars, exact, outs)
-    return outs
+def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool) -> tuple:
+    """The op's outputs, differentiable through ``op.backward`` (a checked call notes them
+    for ``_fast``, whose replays of its signature call this directly)."""
+    return _FusedFunction.apply(call, op, scalars, exact, *tensors)

@@ -12,17 +12,22 @@ An op's public function names its arguments to a :class:`Call`, which checks eac
 * inside ``torch.compile``: the op's registered custom op, opaque to the tracer;
 * otherwise: the fused Triton kernel or the compiled CPU loop, by backend. What ran is
   recorded for ``_fast``, so that repeat calls with the same signature skip the checks.
+
+What an op is (its inputs, outputs and kernels) is its :class:`~rlscan._spec.OpSpec`; the
+layers this module dispatches to (``_cpu``, ``_triton.launch``, ``_autograd``,
+``_library``) read that, and none of them imports this module.
 """
 from __future__ import annotations
 
 import functools
 import numbers
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
-from . import _backend, _fast
+from . import _backend, _fast, _library
+from ._autograd import with_fused_backward
 from ._inputs import (
     check_device,
     check_flag,
@@ -33,6 +38,8 @@ from ._inputs import (
     plan_layout,
     to_tensor,
 )
+from ._spec import OpSpec, grid_view, kernel_strides, tensor_signature, triton_only
+from ._triton import launch as _launch
 
 
 class Coef(NamedTuple):
@@ -40,53 +47,6 @@ class Coef(NamedTuple):
 
     value: float  # used when tensor is None
     tensor: Optional[torch.Tensor]
-
-
-class OpSpec(NamedTuple):
-    """What :meth:`Call.run` needs to know about an op.
-
-    ``inputs`` names the tensors in the order the kernel and the CPU loop take them,
-    with their kind: ``"series"`` (the full shape), ``"batch"`` (one value per
-    environment), ``"flag"`` or ``"coef"`` (the full shape, possibly broadcast),
-    ``"index"`` (integer, the full shape) or ``"table"`` (the full shape plus a last
-    axis of actions).
-    """
-
-    name: str
-    inputs: tuple  # ((name, kind), ...)
-    n_out: int
-    kernel: Callable  # () -> (COEFFS, EMIT, REVERSE); imports Triton lazily
-    cpu: Callable  # (layout, arrays, scalars, outs) -> None
-    differentiable: Callable  # (call, *tensors, *scalars) -> tuple of outputs
-    time_contiguous_of: int = 0  # which input decides the tile orientation
-    init_of: Optional[int] = None  # which input, if any, is the carry into the first step
-    compiled: Optional[Callable] = None  # (call, tensors, scalars, exact) -> outputs, inside torch.compile
-    # (call, tensors, scalars, outs, grads, needs) -> gradients of the tensors: a fused backward
-    # on the Triton path, used instead of differentiating ``differentiable``
-    backward: Optional[Callable] = None
-
-    @property
-    def batch_mask(self) -> tuple:
-        """For each input, whether it holds one value per environment (no time axis)."""
-        return tuple(kind == "batch" for _, kind in self.inputs)
-
-    @property
-    def kinds(self) -> tuple:
-        return tuple(kind for _, kind in self.inputs)
-
-
-def grid_view(x: torch.Tensor, kind: str) -> torch.Tensor:
-    """The part of ``x`` laid out on the ``[T, *B]`` grid: an action table's first column."""
-    return x.select(-1, 0) if kind == "table" else x
-
-
-def kernel_strides(layout, x: Optional[torch.Tensor], kind: str) -> tuple:
-    """``(s_t, s_hi, s_lo)``; an action table adds ``(s_action, n_actions)``."""
-    if kind == "batch":
-        return tuple(layout.batch_strides(x))
-    if kind == "table":
-        return tuple(layout.strides(x.select(-1, 0))) + (x.stride(-1), x.shape[-1])
-    return tuple(layout.strides(x))
 
 
 def _compiling() -> bool:
@@ -288,17 +248,15 @@ class Call:
             if outs is not None:
                 raise ValueError("out= cannot be used when an input requires grad (autograd needs fresh outputs)")
             if op.backward is not None and not _compiling() and self.path() == "triton":
-                from ._autograd import with_fused_backward
-
-                return with_fused_backward(self, op, tensors, scalars, exact)
+                outs = with_fused_backward(self, op, tensors, scalars, exact)
+                _fast.record_grad(self, op, tensors, scalars, exact, outs)
+                return outs
             return self.finish(op.differentiable(self, *tensors, *scalars))
         if _compiling():
             if op.compiled is not None:
                 results = op.compiled(self, tensors, scalars, exact)
             else:
-                from ._library import fused
-
-                results = tuple(fused(op)(list(tensors), list(scalars), self.time_dim, exact, self.out_dtype))
+                results = tuple(_library.fused(op)(list(tensors), list(scalars), self.time_dim, exact, self.out_dtype))
             if outs is None:
                 return results
             for o, r in zip(outs, results):
@@ -333,12 +291,10 @@ class Call:
     def runner(self, op: OpSpec, tensors: tuple, outs: tuple, exact: bool, path: str):
         """What runs ``op`` on tensors laid out as these: a Triton launch plan or the CPU loop
         on a fixed layout; ``None`` when the batch dimensions need splitting."""
-        signature = (id(op), exact, self.time_dim, self.device, tuple(map(_signature, tensors)),
-                     tuple(map(_signature, outs)))
+        signature = (id(op), exact, self.time_dim, self.device, tuple(map(tensor_signature, tensors)),
+                     tuple(map(tensor_signature, outs)))
         if path == "triton":
-            from ._triton.launch import cached_plan
-
-            plan = cached_plan(signature)
+            plan = _launch.cached_plan(signature)
             if plan is not None:
                 return plan
         else:
@@ -354,7 +310,7 @@ class Call:
             return None
         if path == "triton":
             return self._plan(op, layout, tensors, outs, exact, signature)
-        from ._cpu import cpu_runner
+        from ._cpu import cpu_runner  # here, not at the top: numba loads with the first CPU call
 
         if len(_CPU_RUNNERS) >= _MAX_CPU_RUNNERS:
             _CPU_RUNNERS.clear()
@@ -362,18 +318,16 @@ class Call:
         return runner
 
     def _plan(self, op: OpSpec, layout, tensors, outs, exact, signature):
-        from ._triton.launch import new_plan
-
         strides = tuple((0, 0, 0) if t is None else kernel_strides(layout, t, k) for t, k in zip(tensors, op.kinds))
         lead = tensors[op.time_contiguous_of]
         time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1
         init = None if op.init_of is None else tensors[op.init_of]
-        return new_plan(
+        return _launch.new_plan(
             op.kernel(), layout, tuple(tensors), strides, tuple(outs),
             tuple(layout.strides(next(o for o in outs if o is not None))),
             compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
             init_strides=tuple(layout.batch_strides(init)), signature=signature,
-            cpu_fallback=None if op.cpu is _no_cpu_path() else _on_cpu(self, op, exact),
+            cpu_fallback=None if op.cpu is triton_only else _on_cpu(self, op, exact),
         )
 
     def _split(self, op, tensors, scalars, outs, exact, path) -> None:
@@ -391,12 +345,6 @@ class Call:
             )
             sub.anchor = self.anchor.select(d, i)
             sub.compute(op, picked, scalars, tuple(None if o is None else o.select(d, i) for o in outs), exact, path)
-
-
-def _no_cpu_path():
-    from ._autograd import _triton_only
-
-    return _triton_only
 
 
 def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
@@ -444,12 +392,17 @@ _CPU_RUNNERS: dict = {}
 _MAX_CPU_RUNNERS = 1024
 
 
-def _signature(x: Optional[torch.Tensor]):
-    """What a cached launch plan depends on: everything Triton specialises a pointer and its
-    strides on (shape, strides, dtype, 16-byte alignment)."""
-    if x is None:
-        return None
-    return x.shape, x.stride(), x.dtype, x.data_ptr() % 16 == 0
+def trusted_call(spec: OpSpec, tensors, time_dim: int, out_dtype) -> Call:
+    """A :class:`Call` for arguments that the op's public function has already checked (a
+    custom op's, run from a compiled graph): nothing is checked again."""
+    call = Call.__new__(Call)
+    anchor = tensors[0]
+    call.anchor_name, call.anchor, call.numpy_io = spec.inputs[0][0], anchor, False
+    call.shape, call.device, call.time_dim = anchor.shape, anchor.device, time_dim
+    call.batch_shape = call.shape[:time_dim] + call.shape[time_dim + 1 :]
+    call.dtypes = [t.dtype for t, (_, kind) in zip(tensors, spec.inputs) if t is not None and kind in ("series", "batch")]
+    call.out_dtype = out_dtype
+    return call
 
 
 def value_after_rule(name: str, next_values, bootstrap, truncated, *, required: bool, value_name="values") -> None:

@@ -30,6 +30,8 @@ import warnings
 import numpy as np
 import torch
 
+from ._spec import kernel_strides
+
 try:
     from numba import njit as _njit
     from numba import prange
@@ -124,8 +126,6 @@ def advise_huge_pages(t: torch.Tensor) -> None:
 def _geometry(t, layout, kind: str) -> tuple:
     """``(shape, element strides)`` of ``t`` seen as ``[T, Bh, Bl]`` (``[1, Bh, Bl]`` for
     per-environment values, ``[T, Bh, Bl, A]`` for action tables)."""
-    from ._call import kernel_strides
-
     s = kernel_strides(layout, t, kind)
     shape = (1 if kind == "batch" else layout.T, layout.B // layout.B_lo, layout.B_lo)
     if kind == "table":

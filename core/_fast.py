@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from . import _backend
+from ._autograd import with_fused_backward
 from ._triton import launch as _launch
 
 _MAX_ENTRIES = 1024
@@ -58,7 +59,7 @@ def record(call, tensors: tuple, scalars: tuple, outs: tuple, runner) -> None:
 
 
 def record_grad(call, op, tensors: tuple, scalars: tuple, exact: bool, outs: tuple) -> None:
-    """Note a checked call that recorded the fused backward (``_autograd`` calls this)."""
+    """Note a checked call that recorded the fused backward (``Call.run`` calls this)."""
     log = getattr(_local, "log", None)
     if log is not None:
         log.append(("grad", call, op, tensors, scalars, exact, outs))
@@ -72,11 +73,9 @@ class _GradEntry:
     __slots__ = ("pick", "anchor", "call", "op", "scalars", "exact", "wrap")
 
     def __call__(self, arguments: tuple):
-        from ._autograd import with_fused_backward
-
         call = copy.copy(self.call)
         call.anchor = arguments[self.anchor]
-        return self.wrap(with_fused_backward(call, self.op, self.pick(arguments), self.scalars, self.exact, False))
+        return self.wrap(with_fused_backward(call, self.op, self.pick(arguments), self.scalars, self.exact))
 
 
 class _Entry:
@@ -170,7 +169,7 @@ def _grad_entry(recorded, arguments: tuple, result):
 def _numpy_outputs(call, runner, outs) -> tuple:
     """``(dtype, empty_like)`` that allocate numpy outputs laid out as the checked call's
     ``outs``; only the CPU loop replays numpy calls, and only into its compute dtype."""
-    from ._cpu import CpuRunner
+    from ._cpu import CpuRunner  # here, not at the top: numba loads with the first CPU call
 
     dtype = outs[0].dtype
     if not isinstance(runner, CpuRunner) or dtype != call.compute_dtype:

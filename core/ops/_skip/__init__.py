@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from ..._call import Call, OpSpec, _compiling
+from ..._call import Call, _compiling, trusted_call
 from ..._inputs import check_shape
 from ..._library import register_fused
+from ..._spec import OpSpec
+from .. import _forms
 from ..linear_scan import linear_scan
 
 MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -74,8 +76,6 @@ def _cpu(*args):
 
 
 def _differentiable(call, v, boot, mask):
-    from .. import _forms
-
     v = _forms.time_first(v, call)
     m = kept(_forms.time_first(mask, call), v)
     W = linear_scan(m * v, 1 - m, reverse=True, initial=_forms.upcast(boot, call))
@@ -91,7 +91,7 @@ NEXT_KEPT = OpSpec(
     differentiable=_differentiable,
     init_of=1,
 )
-register_fused(NEXT_KEPT)
+register_fused(NEXT_KEPT, trusted_call)
 
 
 def next_kept_values(call: Call, values: torch.Tensor, bootstrap, mask: torch.Tensor, exact: bool) -> torch.Tensor:

@@ -12,7 +12,7 @@ import functools
 from ..._autograd import (
     backward_spec, gradient_buffers, run_backward, split_value_after, value_after_source,
 )
-from ..._call import OpSpec
+from ..._spec import OpSpec
 
 
 def _kernel(is_gae: bool):

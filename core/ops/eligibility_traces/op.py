@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from ..._fast import fast_path
-from ..._call import Call, OpSpec
+from ..._call import Call, trusted_call
 from ..._autograd import backward_spec, gradient_buffers, run_backward
 from ..._library import register_fused
+from ..._spec import OpSpec
 from .. import _forms
 from ..linear_scan import linear_scan
 
@@ -68,7 +69,7 @@ OP = OpSpec(
     init_of=4,
     backward=_backward,
 )
-register_fused(OP)
+register_fused(OP, trusted_call)
 
 
 @fast_path

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from ..._fast import fast_path
-from ..._call import Call, OpSpec
+from ..._call import Call, trusted_call
 from ..._library import register_fused
+from ..._spec import OpSpec
 from .. import _forms
 from ..eligibility_traces.op import traces_backward
 from ..linear_scan import linear_scan
@@ -45,7 +46,7 @@ OP = OpSpec(
     init_of=2,
     backward=_backward,
 )
-register_fused(OP)
+register_fused(OP, trusted_call)
 
 
 @fast_path

@@ -20,8 +20,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..._call import _signature
 from ..._inputs import Layout, plan_layout
+from ..._spec import tensor_signature
 
 LAMBDA_MIN = 0.5
 _failed: list = []
@@ -68,7 +68,7 @@ def _run(call, lanes, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda, 
     outs = call.new_outputs(2) + (stats,)
     ins = (r, v, term, mask, gamma_tensor, init)
     signature = ("gae_lanes", lanes.shape, lanes.time_dim, stats is not None,
-                 tuple(_signature(x) for x in ins + outs[:2]))
+                 tuple(tensor_signature(x) for x in ins + outs[:2]))
     plan = launch.cached_plan(signature)
     if plan is None:
         strides = tuple((0, 0, 0) if x is None else tuple(lanes.strides(x)) for x in ins[:5]) + ((0, 0, 0),)

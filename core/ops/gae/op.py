@@ -6,8 +6,9 @@ from typing import NamedTuple
 import torch
 
 from ..._fast import fast_path
-from ..._call import Call, OpSpec
+from ..._call import Call, trusted_call
 from ..._library import register_fused
+from ..._spec import OpSpec
 from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
@@ -53,7 +54,7 @@ OP = OpSpec(
     differentiable=_differentiable,
     backward=_backward,
 )
-register_fused(OP)
+register_fused(OP, trusted_call)
 
 
 def _kernel_masked():
@@ -87,7 +88,7 @@ MASKED = OpSpec(
     cpu=_cpu_masked,
     differentiable=_differentiable_masked,
 )
-register_fused(MASKED)
+register_fused(MASKED, trusted_call)
 
 
 def _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact, out):

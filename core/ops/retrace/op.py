@@ -6,12 +6,13 @@ from typing import NamedTuple
 import torch
 
 from ..._fast import fast_path
-from ..._call import Call, OpSpec
+from ..._call import Call, trusted_call
 from ..._autograd import (
     backward_spec, gradient_buffers, run_backward, split_value_after, value_after_source,
 )
 from ..._library import register_fused
 from ..._inputs import check_clip
+from ..._spec import OpSpec
 from .. import _forms
 from ..linear_scan import linear_scan
 
@@ -100,7 +101,7 @@ OP = OpSpec(
     differentiable=_differentiable,
     backward=_backward,
 )
-register_fused(OP)
+register_fused(OP, trusted_call)
 
 
 @fast_path
@@ -212,7 +213,7 @@ TABLE_OP = OpSpec(
     differentiable=_table_differentiable,
     backward=_table_backward,
 )
-register_fused(TABLE_OP)
+register_fused(TABLE_OP, trusted_call)
 
 
 @fast_path

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from ..._fast import fast_path
-from ..._call import Call, OpSpec
+from ..._call import Call, trusted_call
 from ..._library import register_fused
+from ..._spec import OpSpec
 from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
@@ -43,7 +44,7 @@ OP = OpSpec(
     differentiable=_differentiable,
     backward=_backward,
 )
-register_fused(OP)
+register_fused(OP, trusted_call)
 
 
 def _kernel_masked():
@@ -78,7 +79,7 @@ MASKED = OpSpec(
     differentiable=_differentiable_masked,
     init_of=3,
 )
-register_fused(MASKED)
+register_fused(MASKED, trusted_call)
 
 
 @fast_path
