@@ -73,6 +73,25 @@ def njit(fn):
     return _Loop(fn)
 
 
+def _step_helper(fn):
+    """A function the loops call at every element: compiled by numba and inlined into them."""
+    return _njit(inline="always", nogil=True, cache=True)(fn) if HAVE_NUMBA else fn
+
+
+@_step_helper
+def step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda):
+    """``(γ_t, λ_t, γ_t·λ_t)`` at one element: the per-step arrays where given (``None``
+    otherwise, a branch numba prunes), else the scalars."""
+    g, lam, gl = gamma, lmbda, gamma_lmbda
+    if gammas is not None:
+        g = gammas[t, i, j]
+        gl = g * lam
+    if lmbdas is not None:
+        lam = lmbdas[t, i, j]
+        gl = g * lam
+    return g, lam, gl
+
+
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 _READABLE_FLAGS = (torch.bool, torch.uint8, torch.float32, torch.float64)
 

@@ -3,7 +3,7 @@
 Absent inputs arrive as ``None``: numba compiles a version for each combination and prunes
 the branches, so the loop over environments has no stand-in arrays to read and vectorises.
 """
-from ..._cpu import njit, prange
+from ..._cpu import njit, prange, step_coefs
 
 
 @njit
@@ -31,15 +31,7 @@ def gae_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamm
                     ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
                 kappa = zero if (ended or t == T - 1) else one
-                g = gamma
-                lam = lmbda
-                gl = gamma_lmbda
-                if gammas is not None:
-                    g = gammas[t, i, j]
-                    gl = g * lam
-                if lmbdas is not None:
-                    lam = lmbdas[t, i, j]
-                    gl = g * lam
+                g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 delta = r[t, i, j] + g * vn * nu - v[t, i, j]
                 last = adv[t + 1, i, j] if t < T - 1 else zero
                 a = delta + gl * kappa * last
@@ -74,15 +66,7 @@ def gae_masked_loop(r, v, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, gam
                     if term is not None:
                         if term[t, i, j] != 0:
                             nu = zero
-                    g = gamma
-                    lam = lmbda
-                    gl = gamma_lmbda
-                    if gammas is not None:
-                        g = gammas[t, i, j]
-                        gl = g * lam
-                    if lmbdas is not None:
-                        lam = lmbdas[t, i, j]
-                        gl = g * lam
+                    g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                     a = r[t, i, j] + g * wn * nu - v[t, i, j] + gl * nu * last
                 else:
                     a = last

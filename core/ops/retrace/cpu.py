@@ -1,7 +1,7 @@
 """Retrace(λ) as a compiled CPU loop."""
 import numpy as np
 
-from ..._cpu import njit, prange
+from ..._cpu import njit, prange, step_coefs
 
 
 @njit
@@ -29,15 +29,7 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
                     ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
                 kappa = zero if (ended or t == T - 1) else one
-                g = gamma
-                lam = lmbda
-                gl = gamma_lmbda
-                if gammas is not None:
-                    g = gammas[t, i, j]
-                    gl = g * lam
-                if lmbdas is not None:
-                    lam = lmbdas[t, i, j]
-                    gl = g * lam
+                g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 if t < T - 1:
                     c_ahead = min(rhos[t + 1, i, j], c_clip)
                     q_ahead = q[t + 1, i, j]

@@ -1,5 +1,5 @@
 """TD(λ) returns as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
-from ..._cpu import njit, prange
+from ..._cpu import njit, prange, step_coefs
 
 
 @njit
@@ -27,15 +27,7 @@ def td_lambda_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda
                     ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
                 kappa = zero if (ended or t == T - 1) else one
-                g = gamma
-                lam = lmbda
-                gl = gamma_lmbda
-                if gammas is not None:
-                    g = gammas[t, i, j]
-                    gl = g * lam
-                if lmbdas is not None:
-                    lam = lmbdas[t, i, j]
-                    gl = g * lam
+                g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 alpha = r[t, i, j] + g * nu * (one - lam * kappa) * vn
                 last = out[t + 1, i, j] if t < T - 1 else zero
                 out[t, i, j] = alpha + gl * kappa * last
@@ -68,15 +60,7 @@ def td_lambda_masked_loop(r, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, 
                     if term is not None:
                         if term[t, i, j] != 0:
                             nu = zero
-                    g = gamma
-                    lam = lmbda
-                    gl = gamma_lmbda
-                    if gammas is not None:
-                        g = gammas[t, i, j]
-                        gl = g * lam
-                    if lmbdas is not None:
-                        lam = lmbdas[t, i, j]
-                        gl = g * lam
+                    g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                     out[t, i, j] = r[t, i, j] + g * nu * (one - lam) * wn + gl * nu * last
                 else:
                     out[t, i, j] = last
