@@ -384,13 +384,13 @@ class LaunchPlan:
                     if compiled is None or interpreting():
                         self._first_launch(phase, args)
                     else:
-                        self._direct_launch(compiled, args)
+                        direct_launch(compiled, self.grid, self.device.index, args)
             except Exception as exc:  # noqa: BLE001 - a setting this stack cannot compile or launch
                 self._fall_back(exc)
                 self(ins, outs, scalars)
             return
         for phase in self.phases:
-            self._direct_launch(self.compiled[phase], args)
+            direct_launch(self.compiled[phase], self.grid, self.device.index, args)
 
     def _fall_back(self, exc: Exception) -> None:
         """Move on from the setting that failed with ``exc``: to the next in :attr:`chain`, or
@@ -406,35 +406,45 @@ class LaunchPlan:
         _warn_fallback(self.cfg, exc, "the CPU path")
         self.on_cpu = True
 
-    def _direct_launch(self, compiled, args) -> None:
-        run, function, packed, kernel, constexpr_values = compiled
-        stream = _raw_stream(self.device.index)
-        enter, leave = _runtime.launch_enter_hook, _runtime.launch_exit_hook
-        if enter is not None and type(enter) is _HookChain and not enter.calls:
-            enter = None
-        if leave is not None and type(leave) is _HookChain and not leave.calls:
-            leave = None
-        args = args + constexpr_values
-        meta = None if enter is None else kernel.launch_metadata(self.grid, stream, *args)
-        run(self.grid[0], self.grid[1], self.grid[2], stream, function, packed, meta, enter, leave, *args)
-
     def _first_launch(self, phase, args) -> None:
         kwargs = dict(self.constexprs, PHASE=phase, **self.options)
         kernel = _compile_and_launch(self.fn, self.grid[:2], args, kwargs)
         if interpreting() or not LaunchPlan.direct:
             return
         try:
-            _load_launch_internals()
-            names = list(self.fn.arg_names)
-            if tuple(names[: len(args)]) != _POSITIONAL:
-                raise RuntimeError(f"unexpected kernel signature {names}")
-            if kernel is None or not hasattr(kernel, "packed_metadata") or not hasattr(_runtime, "launch_enter_hook"):
-                raise RuntimeError(f"JITFunction.run returned {type(kernel).__name__}, not a compiled kernel")
-            constexpr_values = tuple(kwargs[n] for n in names[len(args):])
-            self.compiled[phase] = (kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values)
+            if tuple(self.fn.arg_names[: len(args)]) != _POSITIONAL:
+                raise RuntimeError(f"unexpected kernel signature {list(self.fn.arg_names)}")
+            self.compiled[phase] = launcher_of(self.fn, kernel, len(args), kwargs)
         except Exception as exc:  # noqa: BLE001 - fall back to Triton's own launch path
             LaunchPlan.direct = False
             LaunchPlan.disabled_reason = repr(exc)
+
+
+def launcher_of(fn, kernel, n_args: int, kwargs: dict) -> tuple:
+    """What :func:`direct_launch` needs to launch ``kernel`` again: the compiled kernel that
+    ``fn`` (a ``JITFunction``) just returned for ``n_args`` positional arguments and the
+    constexpr ``kwargs``. Raises where this Triton does not expose it."""
+    _load_launch_internals()
+    if kernel is None or not hasattr(kernel, "packed_metadata") or not hasattr(_runtime, "launch_enter_hook"):
+        raise RuntimeError(f"JITFunction.run returned {type(kernel).__name__}, not a compiled kernel")
+    constexpr_values = tuple(kwargs[n] for n in fn.arg_names[n_args:])
+    return kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values
+
+
+def direct_launch(compiled, grid, device_index: int, args) -> None:
+    """Launch a kernel through its compiled launcher (``launcher_of``), skipping
+    ``JITFunction.run``'s argument binding and cache lookup; Triton's launch hooks, where
+    set, are passed through, so profilers still see the launch."""
+    run, function, packed, kernel, constexpr_values = compiled
+    stream = _raw_stream(device_index)
+    enter, leave = _runtime.launch_enter_hook, _runtime.launch_exit_hook
+    if enter is not None and type(enter) is _HookChain and not enter.calls:
+        enter = None
+    if leave is not None and type(leave) is _HookChain and not leave.calls:
+        leave = None
+    args = tuple(args) + constexpr_values
+    meta = None if enter is None else kernel.launch_metadata(grid, stream, *args)
+    run(grid[0], grid[1], grid[2], stream, function, packed, meta, enter, leave, *args)
 
 
 _runtime = _HookChain = _raw_stream = None

@@ -121,17 +121,11 @@ def _direct_launch(empty_kernel, x: torch.Tensor):
     """The empty kernel through rlscan's direct launch path (the compiled kernel's own
     launcher, as ``LaunchPlan`` calls it), or None where this Triton does not allow it."""
     try:
-        from types import SimpleNamespace
-
         from .._triton import launch as L
 
         kernel = empty_kernel[(1,)](x)
-        if kernel is None or not hasattr(kernel, "packed_metadata"):
-            return None
-        L._load_launch_internals()
-        plan = SimpleNamespace(grid=(1, 1, 1), device=x.device)
-        compiled = (kernel.run, kernel.function, kernel.packed_metadata, kernel, ())
-        launch = lambda: L.LaunchPlan._direct_launch(plan, compiled, (x,))  # noqa: E731
+        compiled = L.launcher_of(empty_kernel, kernel, 1, {})
+        launch = lambda: L.direct_launch(compiled, (1, 1, 1), x.device.index, (x,))  # noqa: E731
         launch()
         torch.cuda.synchronize()
         return launch

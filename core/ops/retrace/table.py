@@ -187,39 +187,20 @@ class TablePlan:
         self.inner((r, q, e, log_rho, ne, boot, term, trunc, g, lam), outs, scalars)
 
     def _launch(self, args) -> None:
-        """Through Triton's ``JITFunction`` the first time and whenever launch hooks are set
-        (it calls them); otherwise the compiled kernel's launcher directly, as ``LaunchPlan`` does."""
+        """Through Triton's ``JITFunction`` the first time, then the compiled kernel's launcher
+        directly, as ``LaunchPlan`` does."""
         from ..._triton import launch
 
-        hooked = self.compiled is None or _hooks() != [None, None]
-        if not hooked:
-            run, function, packed, constexpr_values = self.compiled
-            stream = launch._raw_stream(self.device.index)
-            run(self.grid[0], 1, 1, stream, function, packed, None, None, None, *(args + constexpr_values))
+        if self.compiled is not None:
+            launch.direct_launch(self.compiled, self.grid, self.device.index, args)
             return
         kernel = table_prologue_kernel[self.grid[:1]](*args, **self.constexprs, num_warps=4)
-        if self.compiled is not None or launch.interpreting() or not launch.LaunchPlan.direct:
+        if launch.interpreting() or not launch.LaunchPlan.direct:
             return
         try:
-            launch._load_launch_internals()
-            names = list(table_prologue_kernel.arg_names)
-            constexpr_values = tuple(self.constexprs[n] for n in names[len(args):])
-            self.compiled = (kernel.run, kernel.function, kernel.packed_metadata, constexpr_values)
+            self.compiled = launch.launcher_of(table_prologue_kernel, kernel, len(args), self.constexprs)
         except Exception:  # noqa: BLE001 - keep Triton's own launch path
             self.compiled = None
-
-
-def _hooks():
-    """Triton's launch hooks, ``None`` where unset or empty."""
-    from triton import knobs
-
-    out = []
-    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
-        chain = getattr(knobs, "HookChain", None)
-        if hook is not None and chain is not None and type(hook) is chain and not hook.calls:
-            hook = None
-        out.append(hook)
-    return out
 
 
 def plan(layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide, init_strides,
