@@ -26,8 +26,16 @@ MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, to
                torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def check_mask(call: Call, mask) -> torch.Tensor:
-    """``mask``: bool, integer or floating 0/1 values of the anchor's shape (1 = the step counts)."""
+def check_mask(call: Call, name: str, mask, next_values, truncated) -> torch.Tensor:
+    """``mask`` of op ``name``: bool, integer or floating 0/1 values of the anchor's shape (1 =
+    the step counts). A masked op takes the value after each step from ``values`` (the next
+    kept step's), so it takes neither ``next_values`` nor ``truncated``."""
+    if next_values is not None:
+        raise ValueError(f"{name}: mask and next_values cannot be combined; with a mask the value after a kept step "
+                         "is the value of the next kept step, read from values (and bootstrap_value past the end)")
+    if truncated is not None:
+        raise ValueError(f"{name}: mask and truncated cannot be combined (a truncation needs next_values); "
+                         "mark the end of a sequence with terminated, or leave the steps after it out with mask")
     x = call._tensor("mask", mask)
     if x.dtype not in MASK_DTYPES:
         raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values (1 where the step counts), "
@@ -38,16 +46,6 @@ def check_mask(call: Call, mask) -> torch.Tensor:
         if x.numel() and not bool(((x == 0) | (x == 1)).all()):
             raise ValueError("mask must hold only 0 and 1 (1 where the step counts, 0 where it is skipped)")
     return x
-
-
-def check_masked_ends(name: str, next_values, truncated) -> None:
-    """The masked ops take the values after each step from ``values`` (the next kept step's)."""
-    if next_values is not None:
-        raise ValueError(f"{name}: mask and next_values cannot be combined; with a mask the value after a kept step "
-                         "is the value of the next kept step, read from values (and bootstrap_value past the end)")
-    if truncated is not None:
-        raise ValueError(f"{name}: mask and truncated cannot be combined (a truncation needs next_values); "
-                         "mark the end of a sequence with terminated, or leave the steps after it out with mask")
 
 
 def kept(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -102,3 +100,11 @@ def next_kept_values(call: Call, values: torch.Tensor, bootstrap, mask: torch.Te
         sub.batch("bootstrap_value", bootstrap)
     with torch.no_grad():
         return sub.run(NEXT_KEPT, (values, bootstrap, mask), (), exact=exact)[0]
+
+
+def run_on_next_kept_values(call: Call, spec, values, bootstrap, terminated, mask, g, lam, exact: bool, out):
+    """A masked TD-style op (GAE, TD(λ)) in two scans: ``W`` (:func:`next_kept_values`), then
+    ``spec`` on ``(rewards, values, W, bootstrap, terminated, mask, γ, λ)``."""
+    w = next_kept_values(call, values, bootstrap, mask, exact)
+    tensors = (call.anchor, values, w, bootstrap, terminated, mask, g.tensor, lam.tensor)
+    return call.run(spec, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)

@@ -120,8 +120,7 @@ def discounted_returns(
         "discounted_returns", next_values, bootstrap_value, terminated, truncated, required=False)
     g = call.coef("gamma", gamma)
     if mask is not None:
-        _skip.check_masked_ends("discounted_returns", next_values, truncated)
-        mask = _skip.check_mask(call, mask)
+        mask = _skip.check_mask(call, "discounted_returns", mask, next_values, truncated)
         tensors = (call.anchor, bootstrap_value, terminated, mask, g.tensor)
         return call.run(MASKED, tensors, (g.value,), exact=exact, out=out)[0]
     tensors = (call.anchor, next_values, bootstrap_value, terminated, truncated, g.tensor)

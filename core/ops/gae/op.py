@@ -96,8 +96,7 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
     then GAE, two scans; the whitening after."""
     from ...whiten import apply_whitening, masked_whiten
 
-    _skip.check_masked_ends("gae", next_values, truncated)
-    mask = _skip.check_mask(call, mask)
+    mask = _skip.check_mask(call, "gae", mask, next_values, truncated)
     tensors = (call.anchor, values, bootstrap_value, terminated, g.tensor)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     if (not exact and out is None and lam.tensor is None and not needs_grad and not torch.compiler.is_compiling()
@@ -112,9 +111,7 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
             if whiten:
                 adv = apply_whitening(adv, stats.sum(dim=1))
             return GAEOutput(*call.finish((adv, ret)))
-    w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
-    tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
-    result = call.run(MASKED, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)
+    result = _skip.run_on_next_kept_values(call, MASKED, values, bootstrap_value, terminated, mask, g, lam, exact, out)
     if whiten:
         adv = masked_whiten(result[0], mask)
         if out is not None:

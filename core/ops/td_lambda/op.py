@@ -121,10 +121,8 @@ def td_lambda(
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     if mask is not None:
-        _skip.check_masked_ends("td_lambda", next_values, truncated)
-        mask = _skip.check_mask(call, mask)
-        w = _skip.next_kept_values(call, values, bootstrap_value, mask, exact)
-        tensors = (call.anchor, values, w, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
-        return call.run(MASKED, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]
+        mask = _skip.check_mask(call, "td_lambda", mask, next_values, truncated)
+        return _skip.run_on_next_kept_values(call, MASKED, values, bootstrap_value, terminated, mask, g, lam, exact,
+                                             out)[0]
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
     return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]
