@@ -16,8 +16,8 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 def pytest_collection_finish(session):
     """Start the compile matrix's runs (``test_gpu_compile.py``) as soon as the tests are
     known: they need nothing from the tests before them, so they overlap those tests."""
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under pytest-xdist every worker collects every test: its workers are the parallelism
     by_module = {}
     for item in session.items:
         start = getattr(getattr(item, "module", None), "compile_in_background", None)

@@ -8,10 +8,8 @@ forward, backward, exact and deterministic):
 
 * the pinned Triton: every call of the matrix for sm_90, each launch setting once for sm_80,
   and the settings only tests and benchmarks force (sm_90);
-* each other Triton of the range: each launch setting once for sm_90, and every call
-  Triton 3.6.0 once failed on. What differs between two Tritons is the front end and its
-  passes, which the sm_90 compile runs in full; sm_80's lowering is checked under the
-  pinned one (``tools/compile_for_gpu.py --target sm_80`` checks it under any other).
+* each other Triton of the range: each launch setting once, for sm_90 and for sm_80, and
+  every call Triton 3.6.0 once failed on.
 
 A Triton other than the installed one is installed once (``pip install --target``, from
 pip's cache) into rlscan's cache folder and put first on the path; compiled kernels are
@@ -21,7 +19,7 @@ only kernels that changed.
 Compiling is the slowest part of the suite, and it needs nothing from the tests before it:
 when collection ends, ``integration_tests/conftest.py`` starts the compile runs of the
 selected tests here in one background worker, so that they overlap the rest of the suite
-(the interpreter's tests keep the other core). A test here waits for its own runs and, while
+(under pytest-xdist, whose workers already share the cores, it does not). A test here waits for its own runs and, while
 it waits, runs queued ones itself; each test checks only its own runs' output.
 """
 import os
@@ -47,7 +45,8 @@ def runs_of(test: str, version: str = PINNED) -> list:
         return [(PINNED, ("--matrix", "ci", "--target", "sm_90")),
                 (PINNED, ("--matrix", "ci", "--target", "sm_80", "--once-per-setting"))]
     if test == "test_every_launch_setting_compiles":
-        return [(version, ("--matrix", "ci", "--once-per-setting", "--target", "sm_90"))]
+        return [(version, ("--matrix", "ci", "--once-per-setting", "--target", target))
+                for target in ("sm_90", "sm_80")]
     if test == "test_forced_settings_compile_for_sm90":
         return [(PINNED, ("--matrix", "small", "--group", "forced", "--target", "sm_90"))]
     raise ValueError(f"no compile runs for {test!r}")
@@ -185,7 +184,7 @@ def test_every_call_of_the_ci_matrix_compiles_under_the_pinned_triton():
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if v != PINNED])
 def test_every_launch_setting_compiles(version):
-    """Each launch setting the heuristic picks, once, for sm_90, and every call Triton 3.6.0 failed on."""
+    """Each launch setting the heuristic picks, once per target, and every call Triton 3.6.0 failed on."""
     _check(runs_of("test_every_launch_setting_compiles", version))
 
 
