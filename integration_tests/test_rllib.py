@@ -87,6 +87,16 @@ class _Modules:
         return self.module
 
 
+@pytest.fixture(autouse=True)
+def _torch_algorithms_as_before():
+    """RLlib's seeding (``update_global_seed_if_necessary``) turns
+    ``torch.use_deterministic_algorithms`` on in CPU-only torch and leaves it on; put it back
+    so the tests after these see the process as they would alone."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def _episodes(lengths):
     """Episodes of the given lengths (bootstrap step included), as the GAE connectors see them."""
     return [SingleAgentEpisode(observations=[0] * (n + 1), actions=[0] * n, rewards=[0.0] * n, len_lookback_buffer=0)
