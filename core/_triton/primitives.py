@@ -170,17 +170,25 @@ def row(x, i, BLOCK_T: tl.constexpr, KEEP_DIMS: tl.constexpr = True):
 
 
 @triton.jit
-def _envs(pid_b, B, B_lo, BLOCK_B: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
-    """Environment block ``pid_b``: indices ``b``, their two-level split, and the mask ``b < B``."""
-    b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
-    if WIDE:
-        b = b.to(tl.int64)
+def split_envs(b, B_lo, TWO_LEVEL: tl.constexpr):
+    """Environment indices ``b`` split in two levels, ``b = b_hi * B_lo + b_lo`` (``b_hi = 0``,
+    ``b_lo = b`` for one level): the ``(b_hi, b_lo)`` that ``t*s[0] + b_hi*s[1] + b_lo*s[2]`` takes."""
     if TWO_LEVEL:
         b_hi = b // B_lo
         b_lo = b % B_lo
     else:
         b_hi = b * 0
         b_lo = b
+    return b_hi, b_lo
+
+
+@triton.jit
+def _envs(pid_b, B, B_lo, BLOCK_B: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
+    """Environment block ``pid_b``: indices ``b``, their two-level split, and the mask ``b < B``."""
+    b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
+    if WIDE:
+        b = b.to(tl.int64)
+    b_hi, b_lo = split_envs(b, B_lo, TWO_LEVEL)
     return b, b_hi, b_lo, b < B
 
 

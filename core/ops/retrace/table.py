@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..._triton.primitives import split_envs
+
 ELEMENTS = 2048  # positions x actions per prologue program (4 warps, 16 per thread per table)
 MAX_BLOCK_A = 64  # actions per load; more are read in a loop
 
@@ -70,12 +72,7 @@ def table_prologue_kernel(Q, sq, P, sp, ACT, s_act, MU, s_mu, QT, E, LR, s_out, 
         else:
             t = p // B
             b = p % B
-        if TWO_LEVEL:
-            b_hi = b // B_lo
-            b_lo = b % B_lo
-        else:
-            b_hi = b * 0
-            b_lo = b
+        b_hi, b_lo = split_envs(b, B_lo, TWO_LEVEL)
         n_actions = sq[4]
         a = tl.load(ACT + t * s_act[0] + b_hi * s_act[1] + b_lo * s_act[2], mask=m, other=0)
         mu = tl.load(MU + t * s_mu[0] + b_hi * s_mu[1] + b_lo * s_mu[2], mask=m, other=0).to(ACC)
