@@ -82,6 +82,13 @@ def _positive(kind):
     return parse
 
 
+def _add_ops(sub: argparse.ArgumentParser, cases, what: str = "", more: str = "") -> None:
+    """``--ops`` as ``bench`` and ``tune`` take it: comma-separated names of ``cases`` (parsed
+    by ``_ops``), all of them by default; ``what`` and ``more`` complete its help."""
+    sub.add_argument("--ops", type=_ops, default=tuple(cases),
+                     help=f"comma-separated ops{what} (default: all of {','.join(cases)}){more}")
+
+
 def parser() -> argparse.ArgumentParser:
     from .bench.cases import CASES
 
@@ -94,8 +101,7 @@ def parser() -> argparse.ArgumentParser:
                     "torch.compile of a doubling scan, TorchRL, SB3, the exact sequential kernel), after checking "
                     "each result against a float64 truth. Prints a table as it goes; writes bench.json and "
                     "bench.png to --out.")
-    b.add_argument("--ops", type=_ops, default=tuple(CASES),
-                   help=f"comma-separated ops (default: all of {','.join(CASES)}); 'none' runs only --e2e")
+    _add_ops(b, CASES, more="; 'none' runs only --e2e")
     b.add_argument("--shapes", type=_shapes, default=None,
                    help="comma-separated NxT shapes, N environments x T steps (e.g. 4096x128,16x262144); "
                         "default: the full grid, or the quick set with --quick")
@@ -149,8 +155,7 @@ def parser() -> argparse.ArgumentParser:
                     "class's settings and the alternatives of the same kernel family by CUDA-graph device time "
                     "(each result checked against the float64 truth first), reorder them by measured time and "
                     "write the table. rlscan reads it on this GPU from then on (docs/tuning.md).")
-    t.add_argument("--ops", type=_ops, default=tuple(CASES),
-                   help=f"comma-separated ops to time (default: all of {','.join(CASES)})")
+    _add_ops(t, CASES, what=" to time")
     t.add_argument("--budget-s", type=_positive(float), default=1800.0, dest="budget_s",
                    help="seconds to spend (default 1800); classes not reached keep their shipped order")
     t.add_argument("--out", default=None,
