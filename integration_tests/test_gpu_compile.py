@@ -17,7 +17,9 @@ cached there too (Triton's own cache, keyed by the kernel's source), so a rerun 
 only kernels that changed.
 
 Compiling is the slowest part of the suite (about 11 CPU-minutes, in subprocesses, one run
-after another, in test order).
+after another): under pytest-xdist, ``integration_tests/conftest.py`` puts this file first
+and CI's command keeps file order (``--dist loadfile --no-loadscope-reorder``), so one
+worker starts on it at once while the other takes the rest of the suite.
 """
 import os
 import subprocess
