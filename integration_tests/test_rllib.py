@@ -19,6 +19,9 @@ through Triton's interpreter on CPU tensors.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -40,7 +43,9 @@ from ray.rllib.utils.postprocessing.zero_padding import split_and_zero_pad_n_epi
 import rlscan  # noqa: E402
 from rlscan.adapters import rllib as adapter  # noqa: E402
 
-MODULE = "default_policy"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from rllib_timing import MODULE, OneModule  # noqa: E402  (the stand-in MultiRLModule the timing shares)
+
 KEYS = ("advantages", "value_targets")
 
 
@@ -70,21 +75,6 @@ class _ValueModule(ValueFunctionAPI):
 
     def compute_values(self, batch, embeddings=None):
         return batch[Columns.VF_PREDS].clone()
-
-
-class _Modules:
-    """The MultiRLModule interface the GAE connectors use, around one module."""
-
-    framework = "torch"
-
-    def __init__(self, module):
-        self.module = module
-
-    def foreach_module(self, func, return_dict=False):
-        return {MODULE: func(MODULE, self.module)}
-
-    def __getitem__(self, module_id):
-        return self.module
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +119,7 @@ def _batch(lengths, ends, seed, max_seq_len=None, scale=10.0):
 
 def _both(lengths, ends, seed, exact, max_seq_len=None, gamma=0.99, lambda_=0.95):
     """``(stock, ours)`` outputs of the two connectors on the same batch."""
-    modules = _Modules(_ValueModule(max_seq_len))
+    modules = OneModule(_ValueModule(max_seq_len))
     outs = []
     for piece in (GeneralAdvantageEstimation(gamma=gamma, lambda_=lambda_),
                   adapter.RLScanGAE(gamma=gamma, lambda_=lambda_, exact=exact)):
@@ -187,7 +177,7 @@ def test_connector_triton_kernels(exact):
 
 
 def test_connector_refuses_a_batch_that_is_not_its_episodes():
-    modules = _Modules(_ValueModule())
+    modules = OneModule(_ValueModule())
     batch = _batch([5, 6], ["terminated", "truncated"], seed=0)
     with pytest.raises(ValueError, match="value predictions"):
         adapter.RLScanGAE(gamma=0.99, lambda_=0.95)(rl_module=modules, episodes=_episodes([5, 7]), batch=batch)

@@ -80,8 +80,9 @@ class _CachedValues(ValueFunctionAPI):
         return self.values
 
 
-class _Modules:
-    """The MultiRLModule calls the GAE connectors make, around one module."""
+class OneModule:
+    """A stand-in for a MultiRLModule around one module (id ``MODULE``): the calls the GAE
+    connectors make (``integration_tests/test_rllib.py`` uses it too)."""
 
     framework = "torch"
 
@@ -181,7 +182,7 @@ def main():
         worst, ref_err = check(modules, episodes, batch)
         forward = median_ms(lambda: modules[MODULE].compute_values(batch[MODULE]), device, args.reps)
         with torch.no_grad():
-            cached = _Modules(_CachedValues(modules[MODULE].compute_values(batch[MODULE]), modules[MODULE]))
+            cached = OneModule(_CachedValues(modules[MODULE].compute_values(batch[MODULE]), modules[MODULE]))
         times = {}
         for name, make in (("RLlib", lambda: GeneralAdvantageEstimation(gamma=GAMMA, lambda_=LAMBDA)),
                            ("rlscan exact", lambda: RLScanGAE(gamma=GAMMA, lambda_=LAMBDA, exact=True)),
