@@ -78,3 +78,27 @@ def test_compiled_calls_reuse_one_runner():
     assert len(_call._CPU_RUNNERS) == 1
     expected = rlscan.reference.gae(r.double(), v.double(), bootstrap_value=boot.double()).advantages
     np.testing.assert_allclose(f(r, v, boot).numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "eligibility_traces",
+                                "episodic_cumsum", "linear_scan"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_a_replayed_loop_call_is_the_loop_on_the_new_arguments(op, layout):
+    """A runner that noted its loop call (``_LoopCall``) computes the next call's own inputs,
+    and a call with other scalars (γ) takes the op's function again."""
+    _call._CPU_RUNNERS.clear()
+    first = make_problem(op, (12, 5), layout=layout, seed=1, terminated="random")
+    second = make_problem(op, (12, 5), layout=layout, seed=2, terminated="random")
+    other_gamma = make_problem(op, (12, 5), layout=layout, seed=2, terminated="random", gamma=0.5)
+    _run_on_cpu(first)
+    replays = [r.replay for r in _call._CPU_RUNNERS.values()]
+    if op not in ("vtrace", "retrace"):  # their functions take exp() first: not replayable
+        assert all(replays), replays
+    warm = [_run_on_cpu(p) for p in (second, other_gamma)]
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    cold = [_run_on_cpu(p) for p in (second, other_gamma)]
+    for w, c in zip(warm, cold):
+        assert all(bitwise_equal(a, b) for a, b in zip(w, c))
+    if op not in ("episodic_cumsum", "linear_scan"):  # the ops with a float γ: the replay did not keep the first γ
+        assert not all(bitwise_equal(a, b) for a, b in zip(warm[0], warm[1]))
