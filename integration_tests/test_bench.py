@@ -193,7 +193,8 @@ def test_sb3_ppo_breakdown_and_rlscan_on_its_buffer():
 
 
 def test_host_section_runs_at_tiny_sizes(tmp_path):
-    """``--host --ops none``: eager vs compiled, autograd vs cumsum, and the CPU path, in the JSON."""
+    """``--host --ops none``: eager vs compiled (and the torch twin), autograd vs cumsum, and the
+    CPU path, in the JSON."""
     out = tmp_path / "host"
     cmd = [sys.executable, "-m", "rlscan.cli", "bench", "--host", "--ops", "none", "--quick", "--repeat", "1",
            "--shapes", "8x16", "--host-large", "64x32", "--out", str(out)]
@@ -205,6 +206,8 @@ def test_host_section_runs_at_tiny_sizes(tmp_path):
     compiled = host["compiled"]
     assert compiled["eager_us"] > 0 and compiled["compiled_default"]["status"] == "ok"
     assert compiled["compiled_default"]["over_eager"] > 0
+    default = compiled["compiled_default"]  # rlscan's share: the call less the torch twin's
+    assert default["torch_twin_us"] > 0 and abs(default["us"] - default["torch_twin_us"] - default["op_share_us"]) < 1e-6
     auto = host["autograd"]
     assert auto["fwd_bwd_over_cumsum"] > 0 and auto["recording_over_no_grad"] > 0
     cpu = host["cpu"]

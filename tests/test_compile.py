@@ -79,3 +79,22 @@ def test_compiled_with_inductor():
         compiled = torch.compile(lambda r: OPS["gae"](d, r), fullgraph=True)
         for got, want in zip(_flat(compiled(d["r"])), _flat(OPS["gae"](d, d["r"]))):
             torch.testing.assert_close(got, want)
+
+
+def test_leanrl_pattern_compiles_to_the_loop():
+    """LeanRL's pattern (docs/adapters/cleanrl.md): a ``gae`` that calls
+    ``rlscan.adapters.cleanrl.gae`` compiles with ``fullgraph=True`` through inductor and
+    gives LeanRL's loop, in its semantics (``dones[t]``: ``obs[t]`` started an episode).
+    ``rlscan bench --host`` wraps the same function in ``CudaGraphModule`` on a GPU."""
+    from rlscan.bench.host import _leanrl_loop, _leanrl_rlscan
+
+    gen = torch.Generator().manual_seed(0)
+    r, v = torch.randn(32, 6, generator=gen), torch.randn(32, 6, generator=gen)
+    dones, next_done = torch.rand(32, 6, generator=gen) < 0.2, torch.tensor([True, False] * 3)
+    next_value = torch.randn(6, generator=gen)
+    with rlscan.use_backend("cpu"):
+        got = torch.compile(_leanrl_rlscan, fullgraph=True)(r, v, dones, next_value, next_done)
+    want = _leanrl_loop(r.double(), v.double(), dones, next_value.double(), next_done)
+    assert dones[1:].any() and (~next_done).any()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)

@@ -2,9 +2,11 @@
 
 * eager / compiled: ``f(r, v, d, last) = rlscan.gae(r, v, bootstrap_value=last,
   terminated=d)`` called back to back, eagerly and under ``torch.compile(fullgraph=True)``
-  (default mode; on CUDA also ``mode="reduce-overhead"`` and LeanRL's pattern, the compiled
-  function wrapped in tensordict's ``CudaGraphModule``), next to a compiled one-op graph
-  (``r + v``): torch's own cost per compiled call, which rlscan cannot remove.
+  (default mode; on CUDA also ``mode="reduce-overhead"``), each next to a torch graph with
+  the same inputs and outputs compiled the same way (the twin: torch's own cost per
+  compiled call, which rlscan cannot remove). rlscan's share is the difference. On CUDA also
+  LeanRL's pattern: ``gae`` compiled and wrapped in tensordict's ``CudaGraphModule``, for
+  rlscan's one line (``rlscan.adapters.cleanrl.gae``), LeanRL's own loop and the twin.
 * autograd: the forward without grad, the forward that records for backward, and forward +
   ``torch.autograd.grad``, against ``torch.cumsum``'s forward + backward on the same tensors.
 * cpu: the CPU path's full call at a tiny shape (its per-call overhead), Stable-Baselines3's
@@ -50,89 +52,117 @@ def _gae(r, v, d, last):
     return rlscan.gae(r, v, bootstrap_value=last, terminated=d)
 
 
-def _loop_gae(r, v, d, last, gamma: float = 0.99, lmbda: float = 0.95):
-    """LeanRL's (CleanRL's) loop, written for torch.compile."""
-    T = r.shape[0]
-    adv = torch.empty_like(r)
-    running = torch.zeros_like(last)
-    for t in range(T - 1, -1, -1):
-        nonterminal = 1.0 - d[t].float()
-        next_value = last if t == T - 1 else v[t + 1]
-        delta = r[t] + gamma * next_value * nonterminal - v[t]
-        running = delta + gamma * lmbda * nonterminal * running
-        adv[t] = running
+def _torch_twin(r, v, d, last):
+    """A torch graph with ``_gae``'s inputs and outputs and one cheap op per output: what a
+    compiled or CUDA-graphed call costs torch itself (guards, input copies, outputs)."""
+    return torch.where(d, r, v), r + last
+
+
+def _leanrl_loop(r, v, dones, next_value, next_done, gamma: float = 0.99, lmbda: float = 0.95):
+    """LeanRL's compiled GAE loop, in its semantics: ``dones[t]`` is set when ``obs[t]``
+    started an episode, ``next_done`` for the observation after the window; the steps are
+    unbound, and the advantages stacked at the end."""
+    nonterminal = (~dones).float().unbind(0)
+    values, rewards = v.unbind(0), r.unbind(0)
+    advantages, running = [], torch.zeros_like(next_value)
+    next_nonterminal, next_v = (~next_done).float(), next_value
+    for t in range(r.shape[0] - 1, -1, -1):
+        delta = rewards[t] + gamma * next_v * next_nonterminal - values[t]
+        running = delta + gamma * lmbda * next_nonterminal * running
+        advantages.append(running)
+        next_nonterminal, next_v = nonterminal[t], values[t]
+    adv = torch.stack(advantages[::-1])
     return adv, adv + v
 
 
+def _leanrl_rlscan(r, v, dones, next_value, next_done, gamma: float = 0.99, lmbda: float = 0.95):
+    """The same GAE in one line: ``rlscan.adapters.cleanrl.gae`` (docs/adapters/cleanrl.md)."""
+    from ..adapters.cleanrl import gae
+
+    return tuple(gae(r, v, dones, next_value, next_done, gamma, lmbda))
+
+
+def _compiled(fn, kw: dict, args: tuple, sync, repeat: int):
+    """``(compiled fn, its first result, compile seconds, seconds per call)``."""
+    start = time.perf_counter()
+    compiled = torch.compile(fn, **kw)
+    got = tuple(x.clone() for x in compiled(*args))  # a CUDA graph's replays overwrite its outputs
+    sync()
+    compile_s = time.perf_counter() - start
+    return compiled, got, compile_s, _time(lambda: compiled(*args), sync, repeat)
+
+
 def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
+    """rlscan's call compiled in each mode, next to the torch twin compiled the same way: the
+    op's share of a compiled call is the difference, set against the eager call."""
     sync = timing.synchronizer(device)
-    r, v, d, last = _inputs(N, T, device)
+    args = _inputs(N, T, device)
     out = {"shape": [N, T]}
-    eager = _time(lambda: _gae(r, v, d, last), sync, repeat)
+    eager = _time(lambda: _gae(*args), sync, repeat)
     out["eager_us"] = eager * 1e6
     p.line(f"host · eager gae {N}×{T}: {eager * 1e6:.1f} µs/call")
-    variants = [("compiled_default", dict(fullgraph=True)), ("torch_one_op_graph", None)]
+    modes = [("compiled_default", dict(fullgraph=True))]
     if device.type == "cuda":
-        variants.append(("compiled_reduce_overhead", dict(fullgraph=True, mode="reduce-overhead")))
-    expected = _gae(r, v, d, last)
-    for name, kw in variants:
-        start = time.perf_counter()
+        modes.append(("compiled_reduce_overhead", dict(fullgraph=True, mode="reduce-overhead")))
+    expected = _gae(*args)
+    for name, kw in modes:
         try:
-            if kw is None:
-                fn = torch.compile(lambda r, v, d, last: r + v, fullgraph=True)
-            else:
-                fn = torch.compile(_gae, **kw)
-            got = fn(r, v, d, last)
-            sync()
-            compile_s = time.perf_counter() - start
-            if kw is not None:
-                ok = all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, expected))
-                if not ok:
-                    out[name] = {"status": "WRONG"}
-                    p.line(f"host · {name}: WRONG result", style="bold red")
-                    continue
-            t = _time(lambda: fn(r, v, d, last), sync, repeat)
-        except Exception as ex:  # noqa: BLE001 - a variant that fails to compile is reported, the run goes on
+            _, got, compile_s, t = _compiled(_gae, kw, args, sync, repeat)
+            _, _, _, twin = _compiled(_torch_twin, kw, args, sync, repeat)
+        except Exception as ex:  # noqa: BLE001 - a mode that fails to compile is reported, the run goes on
             out[name] = {"status": f"failed: {type(ex).__name__}: {str(ex)[:160]}"}
             p.line(f"host · {name}: failed ({type(ex).__name__})", style="yellow")
             continue
-        out[name] = {"status": "ok", "us": t * 1e6, "over_eager": t / eager, "compile_s": compile_s}
-        p.line(f"host · {name}: {t * 1e6:.1f} µs/call, ×{t / eager:.2f} the eager call (compile {compile_s:.1f} s)")
+        if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, expected)):
+            out[name] = {"status": "WRONG"}
+            p.line(f"host · {name}: WRONG result", style="bold red")
+            continue
+        share = t - twin
+        out[name] = {"status": "ok", "us": t * 1e6, "over_eager": t / eager, "compile_s": compile_s,
+                     "torch_twin_us": twin * 1e6, "op_share_us": share * 1e6, "op_share_over_eager": share / eager}
+        p.line(f"host · {name}: {t * 1e6:.1f} µs/call (compile {compile_s:.1f} s); the torch twin "
+               f"{twin * 1e6:.1f} µs; rlscan's share {share * 1e6:.1f} µs, ×{share / eager:.2f} the eager call")
     if device.type == "cuda":
-        out.update(leanrl_section(p, device, r, v, d, last, repeat, eager))
+        out["leanrl"] = leanrl_section(p, device, N, T, repeat)
     return out
 
 
-def leanrl_section(p, device, r, v, d, last, repeat: int, eager: float) -> dict:
-    """LeanRL's pattern: ``gae`` compiled with fullgraph and wrapped in ``CudaGraphModule``,
-    rlscan's against the loop's, compile time included, each checked against float64."""
+def leanrl_section(p, device, N: int, T: int, repeat: int) -> dict:
+    """LeanRL's pattern: ``gae`` compiled with ``fullgraph=True`` and wrapped in tensordict's
+    ``CudaGraphModule``, for rlscan's one line, LeanRL's loop and the torch twin; each result
+    checked against the loop in float64, compile time included."""
     try:
         from tensordict.nn import CudaGraphModule
     except ImportError:
-        return {"leanrl": {"status": "skipped: tensordict is not installed"}}
+        return {"status": "skipped: tensordict is not installed"}
     sync = timing.synchronizer(device)
-    truth = _loop_gae(*(x.double() if x.is_floating_point() else x for x in (r, v, d, last)))
+    r, v, dones, next_value = _inputs(N, T, device)
+    next_done = torch.rand(N, device=device) < 0.01
+    args = (r, v, dones, next_value, next_done)
+    truth = _leanrl_loop(*(x.double() if x.is_floating_point() else x for x in args))
     out = {}
-    for name, fn in (("leanrl_rlscan", _gae), ("leanrl_loop", _loop_gae)):
+    for name, fn, fn_args in (("rlscan", _leanrl_rlscan, args), ("loop", _leanrl_loop, args),
+                              ("torch_twin", _torch_twin, (r, v, dones, next_value))):
         start = time.perf_counter()
         try:
             graphed = CudaGraphModule(torch.compile(fn, fullgraph=True), warmup=3)
             for _ in range(5):
-                got = graphed(r, v, d, last)
+                got = tuple(x.clone() for x in graphed(*fn_args))
             sync()
             compile_s = time.perf_counter() - start
-            err = max(float((a.double() - b).norm() / b.norm().clamp_min(1e-30)) for a, b in zip(got, truth))
-            t = _time(lambda: graphed(r, v, d, last), sync, repeat)
+            t = _time(lambda: graphed(*fn_args), sync, repeat)
         except Exception as ex:  # noqa: BLE001
             out[name] = {"status": f"failed: {type(ex).__name__}: {str(ex)[:160]}"}
-            p.line(f"host · {name}: failed ({type(ex).__name__})", style="yellow")
+            p.line(f"host · LeanRL {name}: failed ({type(ex).__name__})", style="yellow")
             continue
-        out[name] = {"status": "ok" if err < 1e-4 else "WRONG", "us": t * 1e6, "rel_err": err, "compile_s": compile_s,
-                     "over_eager": t / eager}
-        p.line(f"host · {name} (compile + CudaGraphModule): {t * 1e6:.1f} µs/call, rel err {err:.1e}, "
-               f"compile {compile_s:.1f} s")
-    if all(out.get(k, {}).get("status") == "ok" for k in ("leanrl_rlscan", "leanrl_loop")):
-        out["leanrl_loop_over_rlscan"] = out["leanrl_loop"]["us"] / out["leanrl_rlscan"]["us"]
+        out[name] = {"status": "ok", "us": t * 1e6, "compile_s": compile_s}
+        if name != "torch_twin":
+            err = max(float((a.double() - b).norm() / b.norm().clamp_min(1e-30)) for a, b in zip(got, truth))
+            out[name].update(status="ok" if err < 1e-4 else "WRONG", rel_err=err)
+        p.line(f"host · LeanRL {name} (compiled + CudaGraphModule): {t * 1e6:.1f} µs/call, "
+               f"compile {compile_s:.1f} s" + (f", rel err {out[name]['rel_err']:.1e}" if "rel_err" in out[name] else ""))
+    if all(out.get(k, {}).get("status") == "ok" for k in ("rlscan", "loop")):
+        out["loop_over_rlscan"] = out["loop"]["us"] / out["rlscan"]["us"]
     return out
 
 
