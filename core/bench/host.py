@@ -8,13 +8,16 @@
   LeanRL's pattern: ``gae`` compiled and wrapped in tensordict's ``CudaGraphModule``, for
   rlscan's one line (``rlscan.adapters.cleanrl.gae``), LeanRL's own loop and the twin.
 * autograd: the forward without grad, the forward that records for backward, and forward +
-  ``torch.autograd.grad``, against ``torch.cumsum``'s forward + backward on the same tensors.
+  ``torch.autograd.grad``, against ``torch.cumsum``'s forward + backward on the same tensors
+  and against an autograd function that computes nothing (torch's own cost of one).
 * cpu: the CPU path's full call at a tiny shape (its per-call overhead), Stable-Baselines3's
   ``compute_returns_and_advantage`` against rlscan's buffer (bit for bit checked), and every
   op at a large shape against the numpy loop and the copy-bandwidth floor.
 
-Every time is the median of ``repeat`` rounds of back-to-back calls (wall clock, one
-synchronize per round); every ratio divides two times of this run.
+Every time of the compiled and autograd sections is the best of ``repeat`` rounds of
+back-to-back calls (wall clock, one synchronize per round), the rounds of the functions
+compared interleaved; the CPU section's is the median of ``repeat`` rounds. Every ratio
+divides two times of this run.
 """
 from __future__ import annotations
 
@@ -82,14 +85,36 @@ def _leanrl_rlscan(r, v, dones, next_value, next_done, gamma: float = 0.99, lmbd
     return tuple(gae(r, v, dones, next_value, next_done, gamma, lmbda))
 
 
-def _compiled(fn, kw: dict, args: tuple, sync, repeat: int):
-    """``(compiled fn, its first result, compile seconds, seconds per call)``."""
+def _time_together(fns: dict, sync, repeat: int, target_s: float = 0.01) -> dict:
+    """Seconds per call of each function: the best of ``repeat`` rounds, the functions' rounds
+    interleaved, so that the host's slow spells (its speed varies up to 2× within a minute)
+    fall on all of them alike."""
+    sizes = {}
+    for name, fn in fns.items():
+        for _ in range(3):
+            fn()
+        _, once = timing.timed_once(fn, sync)
+        sizes[name] = max(1, min(10_000, round(target_s / max(once, 1e-7))))
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(max(1, repeat)):
+        for name, fn in fns.items():
+            n = sizes[name]
+            sync()
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            best[name] = min(best[name], (time.perf_counter() - start) / n)
+    return best
+
+
+def _compiled(fn, kw: dict, args: tuple, sync):
+    """``(compiled fn, its first result, compile seconds)``."""
     start = time.perf_counter()
     compiled = torch.compile(fn, **kw)
     got = tuple(x.clone() for x in compiled(*args))  # a CUDA graph's replays overwrite its outputs
     sync()
-    compile_s = time.perf_counter() - start
-    return compiled, got, compile_s, _time(lambda: compiled(*args), sync, repeat)
+    return compiled, got, time.perf_counter() - start
 
 
 def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
@@ -98,17 +123,15 @@ def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
     sync = timing.synchronizer(device)
     args = _inputs(N, T, device)
     out = {"shape": [N, T]}
-    eager = _time(lambda: _gae(*args), sync, repeat)
-    out["eager_us"] = eager * 1e6
-    p.line(f"host · eager gae {N}×{T}: {eager * 1e6:.1f} µs/call")
     modes = [("compiled_default", dict(fullgraph=True))]
     if device.type == "cuda":
         modes.append(("compiled_reduce_overhead", dict(fullgraph=True, mode="reduce-overhead")))
     expected = _gae(*args)
+    fns = {"eager": lambda: _gae(*args)}
     for name, kw in modes:
         try:
-            _, got, compile_s, t = _compiled(_gae, kw, args, sync, repeat)
-            _, _, _, twin = _compiled(_torch_twin, kw, args, sync, repeat)
+            ours, got, compile_s = _compiled(_gae, kw, args, sync)
+            twin, _, _ = _compiled(_torch_twin, kw, args, sync)
         except Exception as ex:  # noqa: BLE001 - a mode that fails to compile is reported, the run goes on
             out[name] = {"status": f"failed: {type(ex).__name__}: {str(ex)[:160]}"}
             p.line(f"host · {name}: failed ({type(ex).__name__})", style="yellow")
@@ -117,11 +140,21 @@ def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
             out[name] = {"status": "WRONG"}
             p.line(f"host · {name}: WRONG result", style="bold red")
             continue
-        share = t - twin
-        out[name] = {"status": "ok", "us": t * 1e6, "over_eager": t / eager, "compile_s": compile_s,
-                     "torch_twin_us": twin * 1e6, "op_share_us": share * 1e6, "op_share_over_eager": share / eager}
-        p.line(f"host · {name}: {t * 1e6:.1f} µs/call (compile {compile_s:.1f} s); the torch twin "
-               f"{twin * 1e6:.1f} µs; rlscan's share {share * 1e6:.1f} µs, ×{share / eager:.2f} the eager call")
+        out[name] = {"status": "ok", "compile_s": compile_s}
+        fns[name] = lambda f=ours: f(*args)
+        fns[name + "_twin"] = lambda f=twin: f(*args)
+    t = _time_together(fns, sync, repeat)
+    eager = t["eager"]
+    out["eager_us"] = eager * 1e6
+    p.line(f"host · eager gae {N}×{T}: {eager * 1e6:.1f} µs/call")
+    for name, _ in modes:
+        if name not in fns:
+            continue
+        share = t[name] - t[name + "_twin"]
+        out[name].update(us=t[name] * 1e6, over_eager=t[name] / eager, torch_twin_us=t[name + "_twin"] * 1e6,
+                         op_share_us=share * 1e6, op_share_over_eager=share / eager)
+        p.line(f"host · {name}: {t[name] * 1e6:.1f} µs/call (compile {out[name]['compile_s']:.1f} s); the torch twin "
+               f"{t[name + '_twin'] * 1e6:.1f} µs; rlscan's share {share * 1e6:.1f} µs, ×{share / eager:.2f} the eager call")
     if device.type == "cuda":
         out["leanrl"] = leanrl_section(p, device, N, T, repeat)
     return out
@@ -140,7 +173,7 @@ def leanrl_section(p, device, N: int, T: int, repeat: int) -> dict:
     next_done = torch.rand(N, device=device) < 0.01
     args = (r, v, dones, next_value, next_done)
     truth = _leanrl_loop(*(x.double() if x.is_floating_point() else x for x in args))
-    out = {}
+    out, fns = {}, {}
     for name, fn, fn_args in (("rlscan", _leanrl_rlscan, args), ("loop", _leanrl_loop, args),
                               ("torch_twin", _torch_twin, (r, v, dones, next_value))):
         start = time.perf_counter()
@@ -149,24 +182,46 @@ def leanrl_section(p, device, N: int, T: int, repeat: int) -> dict:
             for _ in range(5):
                 got = tuple(x.clone() for x in graphed(*fn_args))
             sync()
-            compile_s = time.perf_counter() - start
-            t = _time(lambda: graphed(*fn_args), sync, repeat)
         except Exception as ex:  # noqa: BLE001
             out[name] = {"status": f"failed: {type(ex).__name__}: {str(ex)[:160]}"}
             p.line(f"host · LeanRL {name}: failed ({type(ex).__name__})", style="yellow")
             continue
-        out[name] = {"status": "ok", "us": t * 1e6, "compile_s": compile_s}
+        out[name] = {"status": "ok", "compile_s": time.perf_counter() - start}
+        fns[name] = lambda g=graphed, a=fn_args: g(*a)
         if name != "torch_twin":
             err = max(float((a.double() - b).norm() / b.norm().clamp_min(1e-30)) for a, b in zip(got, truth))
             out[name].update(status="ok" if err < 1e-4 else "WRONG", rel_err=err)
-        p.line(f"host · LeanRL {name} (compiled + CudaGraphModule): {t * 1e6:.1f} µs/call, "
-               f"compile {compile_s:.1f} s" + (f", rel err {out[name]['rel_err']:.1e}" if "rel_err" in out[name] else ""))
+    for name, t in _time_together(fns, sync, repeat).items():
+        out[name]["us"] = t * 1e6
+        p.line(f"host · LeanRL {name} (compiled + CudaGraphModule): {t * 1e6:.1f} µs/call, compile "
+               f"{out[name]['compile_s']:.1f} s" + (f", rel err {out[name]['rel_err']:.1e}" if "rel_err" in out[name] else ""))
     if all(out.get(k, {}).get("status") == "ok" for k in ("rlscan", "loop")):
         out["loop_over_rlscan"] = out["loop"]["us"] / out["rlscan"]["us"]
     return out
 
 
+class _EmptyFunction(torch.autograd.Function):
+    """An autograd function with GAE's call shape (four options, eight tensor slots, two
+    outputs saved with the inputs) that computes nothing: forward allocates the outputs,
+    backward the inputs' gradients. What any Python autograd function costs torch."""
+
+    @staticmethod
+    def forward(ctx, call, op, scalars, exact, *tensors):
+        outs = (torch.empty_like(tensors[0]), torch.empty_like(tensors[0]))
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*tensors, *outs)
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors[:-2]
+        return (None,) * 4 + tuple(torch.empty_like(x) if need else None
+                                   for x, need in zip(saved, ctx.needs_input_grad[4:]))
+
+
 def autograd_section(p, device, N: int, T: int, repeat: int) -> dict:
+    """rlscan's GAE recording for backward, and forward + backward, next to ``torch.cumsum``'s
+    and to :class:`_EmptyFunction`'s (torch's own cost of a Python autograd function)."""
     sync = timing.synchronizer(device)
     r, v, d, last = _inputs(N, T, device)
     rg, vg = r.clone().requires_grad_(), v.clone().requires_grad_()
@@ -186,15 +241,25 @@ def autograd_section(p, device, N: int, T: int, repeat: int) -> dict:
     def cumsum_fwd_bwd():
         return torch.autograd.grad(torch.cumsum(rg, 0), rg, grad_outputs=g)
 
-    t = {name: _time(fn, sync, repeat) for name, fn in
-         (("no_grad_fwd", no_grad), ("recording_fwd", recording), ("fwd_bwd", fwd_bwd), ("cumsum_fwd_bwd", cumsum_fwd_bwd))}
+    def empty_recording():
+        return _EmptyFunction.apply(None, None, (), False, rg, vg, None, last, d, None, None, None)
+
+    def empty_fwd_bwd():
+        return torch.autograd.grad(empty_recording(), (rg, vg), grad_outputs=(g, g))
+
+    t = _time_together({"no_grad_fwd": no_grad, "recording_fwd": recording, "fwd_bwd": fwd_bwd,
+                        "cumsum_fwd_bwd": cumsum_fwd_bwd, "empty_function_recording": empty_recording,
+                        "empty_function_fwd_bwd": empty_fwd_bwd}, sync, repeat)
     out = {"shape": [N, T], **{f"{k}_us": s * 1e6 for k, s in t.items()},
            "recording_over_no_grad": t["recording_fwd"] / t["no_grad_fwd"],
            "fwd_bwd_over_cumsum": t["fwd_bwd"] / t["cumsum_fwd_bwd"],
+           "empty_function_fwd_bwd_over_cumsum": t["empty_function_fwd_bwd"] / t["cumsum_fwd_bwd"],
            "path": "triton fused backward" if device.type == "cuda" else "cpu: the op's torch form"}
     p.line(f"host · autograd {N}×{T}: no-grad fwd {t['no_grad_fwd'] * 1e6:.1f} µs, recording fwd "
            f"{t['recording_fwd'] * 1e6:.1f} µs (×{out['recording_over_no_grad']:.2f}), fwd+bwd {t['fwd_bwd'] * 1e6:.1f} µs "
-           f"vs cumsum fwd+bwd {t['cumsum_fwd_bwd'] * 1e6:.1f} µs (×{out['fwd_bwd_over_cumsum']:.2f})")
+           f"vs cumsum fwd+bwd {t['cumsum_fwd_bwd'] * 1e6:.1f} µs (×{out['fwd_bwd_over_cumsum']:.2f}); an empty autograd "
+           f"function: recording {t['empty_function_recording'] * 1e6:.1f} µs, fwd+bwd "
+           f"{t['empty_function_fwd_bwd'] * 1e6:.1f} µs (×{out['empty_function_fwd_bwd_over_cumsum']:.2f})")
     return out
 
 
