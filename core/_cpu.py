@@ -25,8 +25,8 @@ import ctypes
 import functools
 import os
 import sys
+import threading
 import warnings
-from typing import Optional
 
 import numpy as np
 import torch
@@ -42,8 +42,9 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps exot
     HAVE_NUMBA = False
     prange = range
 
-# The serial loops called, with their arguments, while a runner notes them (``_LoopCall``).
-_seen: Optional[list] = None
+# Per thread, the serial loops called with their arguments while a runner notes them
+# (``_LoopCall``): loops release the GIL, so two threads may note at once.
+_noting = threading.local()
 
 # Whether loops run their parallel version now. A process-wide flag, not a thread's: a
 # parallel loop computes the same bits as the serial one, so another thread's small call
@@ -63,8 +64,9 @@ class _Loop:
     def __call__(self, *args):
         if _parallel_now:
             return self.parallel(*args)
-        if _seen is not None:
-            _seen.append((self.serial, args))
+        seen = getattr(_noting, "seen", None)
+        if seen is not None:
+            seen.append((self.serial, args))
         return self.serial(*args)
 
     @property
@@ -296,15 +298,14 @@ class CpuRunner:
         arrays = [None if v is None else v(t) for v, t in zip(viewers[0], tensors)]
         views = [None if w is None else v(w) for v, w in zip(viewers[1], work)]
         if blocks == 1:
-            global _seen
             noting = self.replay is None and self.blocks == 1 and not self.converts and not self.huge
-            _seen = [] if noting else None
+            seen = _noting.seen = [] if noting else None
             try:
                 self.op.cpu(self.layout, arrays, scalars, views, self.np_dtype)
-                if noting:
-                    self.replay = _LoopCall.of(_seen, arrays, views, viewers, scalars)
             finally:
-                _seen = None
+                _noting.seen = None
+            if noting:
+                self.replay = _LoopCall.of(seen, arrays, views, viewers, scalars)
         else:
             global _parallel_now
             _parallel_now = True
