@@ -73,7 +73,8 @@ class _GradEntry:
     __slots__ = ("pick", "anchor", "call", "op", "scalars", "exact", "wrap")
 
     def __call__(self, arguments: tuple):
-        call = copy.copy(self.call)
+        call = object.__new__(type(self.call))  # a shallow copy, without copy.copy's generic path
+        call.__dict__.update(self.call.__dict__)
         call.anchor = arguments[self.anchor]
         return self.wrap(with_fused_backward(call, self.op, self.pick(arguments), self.scalars, self.exact))
 

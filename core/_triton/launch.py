@@ -377,11 +377,11 @@ class LaunchPlan:
             self.cpu_fallback(ins, outs, scalars)
             return
         args = self._args(ins, outs)
-        if len(self.compiled) < len(self.phases) or interpreting():
+        if len(self.compiled) < len(self.phases):  # always, under the interpreter (nothing is kept)
             try:
                 for phase in self.phases:
                     compiled = self.compiled.get(phase)
-                    if compiled is None or interpreting():
+                    if compiled is None:
                         self._first_launch(phase, args)
                     else:
                         direct_launch(compiled, self.grid, self.device.index, args)
