@@ -14,15 +14,13 @@
   ``compute_returns_and_advantage`` against rlscan's buffer (bit for bit checked), and every
   op at a large shape against the numpy loop and the copy-bandwidth floor.
 
-Every time of the compiled and autograd sections is the best of ``repeat`` rounds of
-back-to-back calls (wall clock, one synchronize per round), the rounds of the functions
-compared interleaved; the CPU section's is the median of ``repeat`` rounds. Every ratio
-divides two times of this run.
+Every time is the best of ``repeat`` rounds of back-to-back calls (wall clock, one
+synchronize per round), the rounds of the calls compared interleaved. Every ratio divides
+two times of this run.
 """
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import numpy as np
 import torch
@@ -30,14 +28,6 @@ import torch
 from . import cases, floors, loops, timing
 
 SB3_SHAPES = ((2048, 8), (128, 8))  # (n_steps, n_envs)
-
-
-def _time(fn: Callable, sync: Callable, repeat: int, target_s: float = 0.02) -> float:
-    """Seconds per call: median over ``repeat`` rounds sized to ``target_s``."""
-    for _ in range(3):
-        fn()
-    _, once = timing.timed_once(fn, sync)
-    return timing.full_call(fn, sync, one_call_s=once, target_s=target_s, repeat=repeat).seconds
 
 
 def _inputs(N: int, T: int, device) -> tuple:
@@ -289,9 +279,9 @@ def cpu_section(p, large: tuple, repeat: int, quick: bool) -> dict:
     out = {}
     with rlscan.use_backend("cpu"):
         r, v, d, last = _inputs(8, 16, cpu)
-        call = _time(lambda: _gae(r, v, d, last), sync, repeat)
         rn, vn, dn, ln = (x.numpy() for x in (r, v, d, last))
-        call_np = _time(lambda: _gae(rn, vn, dn, ln), sync, repeat)
+        t = _time_together({"torch": lambda: _gae(r, v, d, last), "numpy": lambda: _gae(rn, vn, dn, ln)}, sync, repeat)
+        call, call_np = t["torch"], t["numpy"]
         fl = floors.measure(cpu, quick)
         out["per_call_us"] = {"torch_8x16": call * 1e6, "numpy_8x16": call_np * 1e6,
                               "numba_empty_call": fl.detail.get("numba_call_us")}
@@ -312,8 +302,9 @@ def _sb3_ratios(p, repeat: int, sync) -> dict:
         sb3.compute_returns_and_advantage(last, dones)
         ours.compute_returns_and_advantage(last, dones)
         bitwise = bool(np.array_equal(sb3.advantages, ours.advantages) and np.array_equal(sb3.returns, ours.returns))
-        t_sb3 = _time(lambda: sb3.compute_returns_and_advantage(last, dones), sync, repeat, target_s=0.05)
-        t_ours = _time(lambda: ours.compute_returns_and_advantage(last, dones), sync, repeat)
+        t = _time_together({"sb3": lambda: sb3.compute_returns_and_advantage(last, dones),
+                            "ours": lambda: ours.compute_returns_and_advantage(last, dones)}, sync, repeat, target_s=0.02)
+        t_sb3, t_ours = t["sb3"], t["ours"]
         out[f"{T}x{N}"] = {"sb3_us": t_sb3 * 1e6, "rlscan_us": t_ours * 1e6, "speedup": t_sb3 / t_ours,
                            "bitwise": bitwise}
         p.line(f"host · sb3 buffer {T}×{N} (n_steps × n_envs): SB3 {t_sb3 * 1e6:.0f} µs, rlscan {t_ours * 1e6:.1f} µs, "
@@ -333,8 +324,9 @@ def _large(p, shape: tuple, repeat: int, sync, fl) -> dict:
         loop = loops.LOOPS[name]
         want = loop(dn, case.params, loops.NumpyOps)
         err = max(float(np.linalg.norm(a.numpy() - b) / max(np.linalg.norm(b), 1e-30)) for a, b in zip(got, want))
-        t_rl = _time(lambda: case.call(rlscan, d), sync, repeat)
-        t_np = _time(lambda: loop(dn, case.params, loops.NumpyOps), sync, repeat)
+        t = _time_together({"rlscan": lambda: case.call(rlscan, d),
+                            "loop": lambda: loop(dn, case.params, loops.NumpyOps)}, sync, repeat, target_s=0.02)
+        t_rl, t_np = t["rlscan"], t["loop"]
         floor = cases.moved_bytes(d, len(got), T, N, torch.float32) / fl.bandwidth
         out[name] = {"rlscan_us": t_rl * 1e6, "numpy_loop_us": t_np * 1e6, "floor_us": floor * 1e6,
                      "over_numpy_loop": t_np / t_rl, "over_floor": t_rl / floor, "rel_err_vs_numpy_loop": err}
