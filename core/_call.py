@@ -72,6 +72,12 @@ class Call:
             raise TypeError(f"out_dtype must be a floating torch dtype or None, got {out_dtype!r}")
         self.out_dtype = out_dtype
 
+    def copy(self) -> "Call":
+        """A shallow copy (the same checked arguments), to change a field or two of."""
+        other = Call.__new__(Call)
+        other.__dict__.update(self.__dict__)
+        return other
+
     # -- arguments ---------------------------------------------------------------------
 
     def _tensor(self, name: str, x) -> torch.Tensor:
@@ -335,8 +341,7 @@ class Call:
         d = next(d for d in range(len(self.shape)) if d != self.time_dim and self.shape[d] != 1)
         db = d if d < self.time_dim else d - 1
         for i in range(self.shape[d]):
-            sub = Call.__new__(Call)
-            sub.__dict__.update(self.__dict__)
+            sub = self.copy()
             sub.shape = self.shape[:d] + self.shape[d + 1 :]
             sub.time_dim = self.time_dim - (d < self.time_dim)
             sub.batch_shape = self.batch_shape[:db] + self.batch_shape[db + 1 :]

@@ -18,7 +18,6 @@ backward (the Triton path) is replayed through the op's autograd function.
 """
 from __future__ import annotations
 
-import copy
 import functools
 import operator
 import threading
@@ -73,8 +72,7 @@ class _GradEntry:
     __slots__ = ("pick", "anchor", "call", "op", "scalars", "exact", "wrap")
 
     def __call__(self, arguments: tuple):
-        call = object.__new__(type(self.call))  # a shallow copy, without copy.copy's generic path
-        call.__dict__.update(self.call.__dict__)
+        call = self.call.copy()
         call.anchor = arguments[self.anchor]
         return self.wrap(with_fused_backward(call, self.op, self.pick(arguments), self.scalars, self.exact))
 
@@ -160,7 +158,7 @@ def _grad_entry(recorded, arguments: tuple, result):
     sources = [_source(t, arguments, {}) for t in tensors]
     entry.pick = operator.itemgetter(*sources) if len(sources) > 1 else (lambda a: (a[sources[0]],))
     entry.anchor = _source(call.anchor, arguments, {})
-    template = copy.copy(call)
+    template = call.copy()
     template.anchor = template.origins = None  # hold no tensor of the first call
     entry.call, entry.op, entry.scalars, entry.exact = template, op, tuple(scalars), exact
     entry.wrap = _wrap(result, outs)

@@ -79,22 +79,16 @@ def _time_together(fns: dict, sync, repeat: int, target_s: float = 0.01) -> dict
     """Seconds per call of each function: the best of ``repeat`` rounds, the functions' rounds
     interleaved, so that the host's slow spells (its speed varies up to 2× within a minute)
     fall on all of them alike."""
-    sizes = {}
+    once = {}
     for name, fn in fns.items():
         for _ in range(3):
             fn()
-        _, once = timing.timed_once(fn, sync)
-        sizes[name] = max(1, min(10_000, round(target_s / max(once, 1e-7))))
+        once[name] = timing.timed_once(fn, sync)[1]
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(max(1, repeat)):
         for name, fn in fns.items():
-            n = sizes[name]
-            sync()
-            start = time.perf_counter()
-            for _ in range(n):
-                fn()
-            sync()
-            best[name] = min(best[name], (time.perf_counter() - start) / n)
+            round_s = timing.full_call(fn, sync, one_call_s=once[name], target_s=target_s, repeat=1).seconds
+            best[name] = min(best[name], round_s)
     return best
 
 
