@@ -87,6 +87,7 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 KERNEL_CONFIGS = {
     "scan-tiles": dict(kind="scan", block_t=4, block_b=2),
     "scan-one-row": dict(kind="scan", block_t=1, block_b=2),
+    "scan-one-tile": dict(kind="scan", block_t=16, block_b=2),  # every step in one tile: no loop
     "scan-chunks": dict(kind="scan", block_t=2, block_b=2, n_chunks=3),
     "stripe": dict(kind="stripe", stripes=2, steps=3, block_b=4),
     "stripe-one-step": dict(kind="stripe", stripes=1, steps=1, block_b=2),

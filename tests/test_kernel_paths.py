@@ -168,17 +168,29 @@ def test_gpu_heuristic_by_shape():
     assert (shorter.kind, shorter.block_t, shorter.n_chunks > 1) == ("scan", 512, True)
     assert _gpu_config(2048, 4096, True, 132).block_t == 256
     for N, T in ((132, 1024), (512, 2048), (527, 4096)):  # [N, T], rows too few for 4-row tiles: one per program
-        (row,) = _gpu_configs(T, N, True, 132, series=5)
-        assert (row.kind, row.block_b, row.num_warps, row.block_t, row.n_chunks) == ("scan", 1, 8, 1024, 1)
-        assert _gpu_configs(T, N, True, 132, series=6)[0].block_b == 4  # heavier kernels keep 4-row tiles
-    for N, T in ((528, 2048), (131, 2048), (512, 512), (512, 8192)):
+        for series in (5, 8):  # forward kernels, light or heavy: the whole row in one tile, else 1024-step tiles
+            row = _gpu_configs(T, N, True, 132, series=series)
+            assert [(c.kind, c.block_b, c.num_warps, c.block_t, c.n_chunks) for c in row][-1] == ("scan", 1, 8, 1024, 1)
+            assert (row[0].block_t, len(row)) == ((T, 2) if 1024 < T <= 2048 else (1024, 1))
+        assert _gpu_configs(T, N, True, 132, series=9)[0].block_b == 4  # backward kernels keep 4-row tiles
+    for N, T in ((131, 2048), (512, 512), (512, 8192), (4096, 4096)):
         assert _gpu_configs(T, N, True, 132, series=5)[0].block_b == 4
+    for N, T in ((528, 2048), (4096, 1024)):  # rows enough for 4 programs per SM: whole rows in one tile
+        light, *_ = _gpu_configs(T, N, True, 132, series=5)
+        heavy, tiles, *_ = _gpu_configs(T, N, True, 132, series=6)
+        assert (light.kind, light.block_b, light.num_warps, light.block_t, light.n_chunks) == ("scan", 1, 8, T, 1)
+        assert (heavy.kind, heavy.block_b, heavy.num_warps, heavy.block_t, heavy.n_chunks) == ("scan", 1, 16, T, 1)
+        assert (tiles.block_b, tiles.block_t) == (1, 1024)
+        assert _gpu_configs(T, N, True, 132, series=9)[0].block_b == 4
+    assert _gpu_configs(4096, 4096, True, 132, series=6)[0].block_b == 4
     for N, T in ((512, 1024), (4095, 2048)):  # [T, N], mid-size batches, light kernels: one pass
         words, flags = _gpu_configs(T, N, False, 132, series=5)
         assert (words.kind, words.block_b, words.steps, words.link, words.n_chunks) == ("chained", 64, 32, "words",
                                                                                         T // 32)
         assert (flags.kind, flags.block_b, flags.steps, flags.lookback, flags.link) == ("chained", 128, 16, 4, "flags")
-        for other in (_gpu_configs(T, N, False, 132, series=6), _gpu_configs(T, N, False, 132, series=5,
+        heavy, heavy_flags = _gpu_configs(T, N, False, 132, series=6)  # 32 steps would spill: 16
+        assert (heavy.kind, heavy.block_b, heavy.steps, heavy.link, heavy_flags) == ("chained", 64, 16, "words", flags)
+        for other in (_gpu_configs(T, N, False, 132, series=9), _gpu_configs(T, N, False, 132, series=5,
                                                                              deterministic=True)):
             assert other[0].kind == "scan"
     assert _gpu_configs(512, 512, False, 132, series=5)[0].kind == "scan"
@@ -272,3 +284,27 @@ def test_words_look_back_ends_with_nan_coefficients(triton_path):
         got = rlscan.linear_scan(alpha.to(triton_path.device), beta.to(triton_path.device), reverse=True)
     want = rlscan.reference.linear_scan(alpha.double(), beta.double(), reverse=True)
     torch.testing.assert_close(got.cpu().double(), want, equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
+def test_which_emit_steps_read_the_state_carried_in():
+    """Only an op whose emit step reads ``A_in`` pays for the exclusive scan."""
+    from rlscan._triton.launch import reads_state_in
+    from rlscan.ops._value_backward import kernel as value_backward
+    from rlscan.ops.gae import kernel as gae
+    from rlscan.ops.vtrace import kernel as vtrace
+
+    assert not reads_state_in(gae.emit)
+    assert reads_state_in(vtrace.emit)
+    assert reads_state_in(value_backward.gae_emit)  # it passes A_in on
+
+
+@pytest.mark.parametrize("config, one_tile", [("scan-one-tile", True), ("scan-tiles", False), ("scan-chunks", False)])
+def test_a_tile_that_holds_every_step_runs_without_the_loop(triton_path, config, one_tile, monkeypatch):
+    from rlscan import _fast
+    from rlscan._triton import launch
+
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(_fast, "_CACHE", {})
+    with forced_config(**CONFIGS[config]):
+        assert_matches_reference(_problem("gae", "time-last", triton_path.device, seed=4))
+    assert [plan.constexprs["ONE_TILE"] for plan in launch._PLANS.values()] == [one_tile]

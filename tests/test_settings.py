@@ -49,11 +49,12 @@ def test_conditions_relative_to_the_sm_count():
         at = 3 * 128 * n_sm  # ceil(B / 128) >= 3 * n_sm: one step per thread, environments enough
         assert shipped_configs(2048, at, n_sm=n_sm)[0] == Config("stripe", 128, 4, n_chunks=1, chunk_len=2048)
         assert shipped_configs(2048, at - 128, n_sm=n_sm)[0].kind == "chained"
-        for B in (n_sm, 4 * n_sm - 1):  # [N, T] rows, n_sm <= B < 4 n_sm: one row per program
-            assert shipped_configs(2048, B, True, n_sm)[0] == Config("scan", 1, 8, block_t=1024, n_chunks=1,
-                                                                     chunk_len=2048)
-        for B in (n_sm - 1, 4 * n_sm):
-            assert shipped_configs(2048, B, True, n_sm)[0].block_b == 4
+        for B in (n_sm, 4 * n_sm - 1, 4 * n_sm):  # [N, T] rows, B >= n_sm: the whole row in one program's tile
+            assert shipped_configs(2048, B, True, n_sm, series=5)[0] == Config("scan", 1, 8, block_t=2048, n_chunks=1,
+                                                                               chunk_len=2048)
+        assert shipped_configs(2048, 4 * n_sm - 1, True, n_sm, series=9)[0].block_b == 4
+        assert shipped_configs(2048, 4 * n_sm, True, n_sm, series=6)[0].num_warps == 16
+        assert shipped_configs(2048, n_sm - 1, True, n_sm, series=5)[0].block_b == 4
 
 
 def test_sizes_never_exceed_the_problem_and_time_splits_for_few_blocks():

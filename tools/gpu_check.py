@@ -13,6 +13,7 @@ the Triton/torch pin, on a CUDA GPU (it was written for an H200)::
 
     python tools/gpu_check.py                    # on a CUDA machine
     python tools/gpu_check.py --start 248        # continue a run that stopped at its budget
+    python tools/gpu_check.py --ops vtrace,gae   # the checks of some ops only
     TRITON_INTERPRET=1 python tools/gpu_check.py --small   # the same checks, tiny shapes, on the CPU
 
 What it prints: a header (torch, Triton, GPU), then one line per check (ok/FAIL, op,
@@ -169,6 +170,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=230.0)
     parser.add_argument("--limit", type=int, default=0, help="run only the first N checks")
     parser.add_argument("--start", type=int, default=0, help="skip the first N checks (a run continued)")
+    parser.add_argument("--ops", help="comma-separated op names: only their checks (before --start and --limit)")
     opts = parser.parse_args(argv)
     if torch.cuda.is_available():
         device = "cuda"
@@ -178,6 +180,12 @@ def main(argv=None) -> int:
         device = "cpu"
         rlscan.set_backend("triton")
     specs = plan_cases(opts.small, opts.all)
+    if opts.ops:
+        wanted = set(opts.ops.split(","))
+        unknown = wanted - {spec[0] for spec in specs}
+        if unknown:
+            parser.error(f"--ops: no checks for {', '.join(sorted(unknown))}")
+        specs = [spec for spec in specs if spec[0] in wanted]
     specs = specs[opts.start:]
     if opts.limit:
         specs = specs[:opts.limit]

@@ -14,6 +14,8 @@ rlscan still beats the seed library's design at the shapes of the benchmarks pag
 
     python tools/seed_compare.py quick                   # a few shapes of Retrace from the tables and whole-row tiles
     python tools/seed_compare.py record --budget 120     # the table of record: every op at every shape
+    python tools/seed_compare.py rows --budget 300       # [N, T] row tiles against the heuristic
+    python tools/seed_compare.py mid_tn                  # [T, N] at 512 x 2048: tiles, blocks, chains
 
 What it prints: the copy bandwidth, then per shape its bandwidth floor and one line per
 variant (device µs, × floor, full-call µs, error, the settings the heuristic ran), then a
@@ -241,7 +243,44 @@ def group_record():
     return tasks
 
 
-GROUPS = dict(quick=group_quick, record=group_record)
+def _tiles(block_b, block_t, warps):
+    return dict(kind="scan", block_b=block_b, block_t=block_t, num_warps=warps, n_chunks=1)
+
+
+def group_rows():
+    """Row tiles for ``[N, T]``: the heuristic beside one row per program (whole or in
+    1024-step tiles, 8-32 warps), two rows, and 4-row tiles of 256 steps, for the light and
+    heavy ops at the shapes where the seed's design is the bar."""
+    long_rows = {"heuristic": None, "b1 t2048 w16": _tiles(1, 2048, 16), "b1 t2048 w32": _tiles(1, 2048, 32),
+                 "b1 t2048 w8": _tiles(1, 2048, 8),
+                 "b1 t1024 w8": _tiles(1, 1024, 8), "b1 t1024 w16": _tiles(1, 1024, 16),
+                 "b2 t1024 w8": _tiles(2, 1024, 8), "b4 t256 w4": _tiles(4, 256, 4)}
+    short_rows = {"heuristic": None, "b1 t128 w1": _tiles(1, 128, 1), "b1 t128 w2": _tiles(1, 128, 2),
+                  "b2 t128 w2": _tiles(2, 128, 2), "b4 t128 w4": _tiles(4, 128, 4)}
+    tasks = []
+    for N, T, variants in ((512, 2048, long_rows), (4096, 2048, long_rows), (4096, 128, short_rows)):
+        for op in ("gae", "discounted_returns", "vtrace", "episodic_cumsum", "retrace_from_q"):
+            tasks.append(("rows", op, N, T, "nt", variants, 4, False, True))
+    return tasks
+
+
+def group_mid_tn():
+    """``[T, N]`` at 512 × 2048, where a few hundred environments leave few programs: the
+    heuristic beside time tiles, blocks split in time, and chained blocks."""
+    variants = {"heuristic": None,
+                "scan b16 t256 w4 c8": dict(kind="scan", block_b=16, block_t=256, num_warps=4, n_chunks=8),
+                "scan b8 t512 w4 c8": dict(kind="scan", block_b=8, block_t=512, num_warps=4, n_chunks=8),
+                "scan b32 t128 w4 c8": dict(kind="scan", block_b=32, block_t=128, num_warps=4, n_chunks=8),
+                "block b128 1x16 w1 c16": dict(kind="block", block_b=128, stripes=1, steps=16, num_warps=1, n_chunks=16),
+                "block b64 1x16 w1 c32": dict(kind="block", block_b=64, stripes=1, steps=16, num_warps=1, n_chunks=32),
+                "chained b64 1x16 words": dict(kind="chained", block_b=64, stripes=1, steps=16, num_warps=1, lookback=1,
+                                               link="words"),
+                "chained b32 1x16 words": dict(kind="chained", block_b=32, stripes=1, steps=16, num_warps=1, lookback=1,
+                                               link="words")}
+    return [("mid_tn", op, 512, 2048, "tn", variants, 4, False, False) for op in ("vtrace", "gae", "retrace_from_q")]
+
+
+GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, mid_tn=group_mid_tn)
 
 
 def main():

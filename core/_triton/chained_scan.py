@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .primitives import _envs, _initial, row
 from .stripe_scan import _across_stripes, _block, _block_axes, _emit_block, _fold_stripes, _run_stripes, _stripe_starts
-from .tile_scan import _carried_in, _edge, _scanned
+from .tile_scan import _edge, _scanned, _state_in
 
 
 @triton.jit
@@ -335,6 +335,7 @@ def chained_scan_kernel(
     ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
     TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None, UNROLL: tl.constexpr = None,
     TEST_LOOKBACK: tl.constexpr = False, LOOKBACK: tl.constexpr = 1, LINK: tl.constexpr = "flags",
+    EXCLUSIVE: tl.constexpr = False,
 ):
     """:func:`chained_kernel` with one of ``scan_kernel``'s ``[BLOCK_T, BLOCK_B]`` tiles per
     program (``chunk_len = BLOCK_T``), scanned across all its threads by
@@ -346,12 +347,13 @@ def chained_scan_kernel(
     t = t_lo + tl.arange(0, BLOCK_T)[:, None]
     if WIDE:
         t = t.to(tl.int64)
-    a, k, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, BLOCK_T)
+    a, k, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC,
+                                        BLOCK_T, False, EXCLUSIVE)
     carry, _, _ = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, _edge(a, REVERSE, BLOCK_T),
                                _edge(k, REVERSE, BLOCK_T), INIT, init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK,
                                LINK)
     A = a + k * carry
-    EMIT(outs, out_strides, scalars, A, _carried_in(A, carry, REVERSE, BLOCK_T), keep, tile, T)
+    EMIT(outs, out_strides, scalars, A, _state_in(A, ea, ek, carry, REVERSE, BLOCK_T, EXCLUSIVE), keep, tile, T)
 
 
 @triton.jit

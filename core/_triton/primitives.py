@@ -16,7 +16,8 @@ An op plugs in two ``@triton.jit`` functions:
   coefficients in registers; ``keep`` is a tuple of tiles the emit step needs again.
 * ``EMIT(outs, strides, scalars, A, A_in, keep, tile, T)`` writes the outputs from the
   state ``A``; ``A_in`` is the state carried into each step (``A_{t+1}`` in reverse,
-  ``A_{t-1}`` forward), for ops that read it.
+  ``A_{t-1}`` forward), for ops that read it (an ``EMIT`` whose source never names it
+  spares the kernel the work: ``launch.exclusive_scan``).
 
 A ``tile`` is the tuple ``(t, b_hi, b_lo, mask, batch_mask)``; element ``(t, b)`` of a
 tensor with strides ``s`` is at ``t*s[0] + b_hi*s[1] + b_lo*s[2]`` (see ``_inputs``).
@@ -42,6 +43,15 @@ import triton.language as tl
 def compose(a_first, b_first, a_then, b_then):
     """Apply ``x -> a_first + b_first*x``, then ``x -> a_then + b_then*x``."""
     return a_then + b_then * a_first, b_then * b_first
+
+
+@triton.jit
+def compose_exclusive(a_first, b_first, ea_first, eb_first, a_then, b_then, ea_then, eb_then):
+    """:func:`compose` of two runs ``(a, b)``, and of the first run with the second run's
+    ``(ea, eb)``: everything in it before its last step. Scanned over ``(α, β, 0, 1)``, the
+    last two give each step the map of the steps before it in scan order (an exclusive scan),
+    without reading a neighbour's result across threads."""
+    return a_then + b_then * a_first, b_then * b_first, ea_then + eb_then * a_first, eb_then * b_first
 
 
 @triton.jit

@@ -134,8 +134,8 @@ def _block(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.cons
     as a map ``x -> ia + ik*x`` of the block's carried-in state, and the whole block's
     composed pair ``(out_a, out_k)``. ``STEP_SCAN``: ``"registers"`` scans the steps
     one after the other in each thread, ``"shuffles"`` with ``tl.associative_scan``."""
-    a, k, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STEPS,
-                                STEP_SCAN == "registers")
+    a, k, _, _, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC,
+                                      STEPS, STEP_SCAN == "registers")
     ia, ik, out_a, out_k = _across_stripes(_edge(a, REVERSE, STEPS, False), _edge(k, REVERSE, STEPS, False), REVERSE,
                                            ACC, STRIPES, BLOCK_B)
     return a, k, ia, ik, out_a, out_k, tile, keep

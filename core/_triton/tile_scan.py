@@ -3,9 +3,9 @@ tile with ``tl.associative_scan``, carrying the state from tile to tile. It suit
 that are contiguous along time.
 
 Also here, as the other families build on them: the scan of a tile or block with no carry
-(:func:`_scanned`), the state carried into each of its rows and handed on from its edge,
-and the two-launch chunk carry. ``scan_kernel``, ``stripe_kernel`` and ``block_kernel`` can
-split time into ``n_chunks`` chunks run by separate programs, in two launches:
+(:func:`_scanned`), the state carried into each of its rows (:func:`_state_in`) and handed
+on from its edge, and the two-launch chunk carry. ``scan_kernel``, ``stripe_kernel`` and
+``block_kernel`` can split time into ``n_chunks`` chunks run by separate programs, in two launches:
 ``PHASE=1`` reduces each chunk to its composed pair ``(a, b)``; ``PHASE=2`` folds the pairs
 of the chunks that precede it in scan order into its carry (:func:`_carry_from_chunks`),
 then scans and emits. ``PHASE=0`` is the single-launch case.
@@ -13,13 +13,16 @@ then scans and emits. ``PHASE=0`` is the single-launch case.
 import triton
 import triton.language as tl
 
-from .primitives import _along_first_axis, _envs, _initial, compose, row
+from .primitives import _along_first_axis, _envs, _initial, compose, compose_exclusive, row
 
 
 @triton.jit
 def _carried_in(A, carry, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
     """The state carried into each row of a scanned tile (or step of a block): the row after
-    it in reverse, the row before it forward, and ``carry`` (broadcast) at the edge."""
+    it in reverse, the row before it forward, and ``carry`` (broadcast) at the edge. Where
+    the rows lie in one thread's registers, or in one warp, this is cheap; where they span
+    warps, Triton's gather goes through shared memory, and :func:`_state_in` can take the
+    state from an exclusive scan instead."""
     rows = _along_first_axis(BLOCK_T, A)
     if BLOCK_T == 1:
         return A * 0 + carry
@@ -68,24 +71,40 @@ def _scan_in_thread(alpha, beta, REVERSE: tl.constexpr, N: tl.constexpr):
 
 @triton.jit
 def _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.constexpr, REVERSE: tl.constexpr,
-             ACC: tl.constexpr, N: tl.constexpr, IN_THREAD: tl.constexpr = False):
+             ACC: tl.constexpr, N: tl.constexpr, IN_THREAD: tl.constexpr = False, EXCLUSIVE: tl.constexpr = False):
     """The op's coefficients at times ``t`` (identity pairs outside ``[.., t_hi)`` and the
     environments), scanned along the first axis (``N`` long, in each thread's registers
-    if ``IN_THREAD``) with no carry: ``(a, k)``, the tile, and what the op keeps for its
-    outputs."""
+    if ``IN_THREAD``) with no carry: ``(a, k)``; with ``EXCLUSIVE``, ``(ea, ek)``, the same
+    of the rows before each row in scan order (else ``(0, 1)``, which the compiler drops
+    unread); the tile, and what the op keeps for its outputs."""
     m = (t < t_hi) & mb
     tile = (t, b_hi, b_lo, m, mb)
     alpha, beta, keep = COEFFS(ins, in_strides, scalars, tile, T, ACC)
     alpha = tl.where(m, alpha, 0)
     beta = tl.where(m, beta, 1)
+    zero, one = alpha * 0, beta * 0 + 1
     if N == 1:
-        return alpha, beta, tile, keep
+        return alpha, beta, zero, one, tile, keep
     elif IN_THREAD:
         a, k = _scan_in_thread(alpha, beta, REVERSE, N)
-        return a, k, tile, keep
+        return a, k, zero, one, tile, keep
+    elif EXCLUSIVE:
+        a, k, ea, ek = tl.associative_scan((alpha, beta, zero, one), 0, compose_exclusive, reverse=REVERSE)
+        return a, k, ea, ek, tile, keep
     else:
         a, k = tl.associative_scan((alpha, beta), 0, compose, reverse=REVERSE)
-        return a, k, tile, keep
+        return a, k, zero, one, tile, keep
+
+
+@triton.jit
+def _state_in(A, ea, ek, carry, REVERSE: tl.constexpr, N: tl.constexpr, EXCLUSIVE: tl.constexpr):
+    """The state carried into each row of a tile scanned by :func:`_scanned`, what an op's
+    ``EMIT`` reads as ``A_in``: ``ea + ek * carry`` from the exclusive scan (``EXCLUSIVE``),
+    else the neighbouring row of ``A`` (:func:`_carried_in`)."""
+    if EXCLUSIVE:
+        return ea + ek * carry
+    else:
+        return _carried_in(A, carry, REVERSE, N)
 
 
 @triton.jit
@@ -134,30 +153,45 @@ def scan_kernel(
     COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
     ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
     TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None, UNROLL: tl.constexpr = None,
+    EXCLUSIVE: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
 ):
+    """``ONE_TILE`` (one launch, ``BLOCK_T >= T``): each program's steps are one tile, so no
+    state is handed from tile to tile. The loop and its carry cost a third more registers
+    and four more barriers (sm_90 PTX, 2048-step rows on 16 warps), which halves how many
+    programs an SM holds."""
     chunk = tl.program_id(1)
     b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
         INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
         REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
-    carry_b = tl.full([1, BLOCK_B], 1, ACC)
-    n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
-    for i in tl.range(n_tiles, num_stages=STAGES, loop_unroll_factor=UNROLL):
-        if REVERSE:
-            k = n_tiles - 1 - i
-        else:
-            k = i
-        t = t_lo + k * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+    if ONE_TILE:
+        t = tl.arange(0, BLOCK_T)[:, None]
         if WIDE:
             t = t.to(tl.int64)
-        a, k_, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC,
-                                     BLOCK_T)
+        a, k_, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE,
+                                             ACC, BLOCK_T, False, EXCLUSIVE)
         A = a + k_ * carry
-        if PHASE == 1:
-            carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
-        else:
-            EMIT(outs, out_strides, scalars, A, _carried_in(A, carry, REVERSE, BLOCK_T), keep, tile, T)
-        carry = _edge(A, REVERSE, BLOCK_T)
+        EMIT(outs, out_strides, scalars, A, _state_in(A, ea, ek, carry, REVERSE, BLOCK_T, EXCLUSIVE), keep, tile, T)
+    else:
+        carry_b = tl.full([1, BLOCK_B], 1, ACC)
+        n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
+        for i in tl.range(n_tiles, num_stages=STAGES, loop_unroll_factor=UNROLL):
+            if REVERSE:
+                k = n_tiles - 1 - i
+            else:
+                k = i
+            t = t_lo + k * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+            if WIDE:
+                t = t.to(tl.int64)
+            a, k_, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS,
+                                                 REVERSE, ACC, BLOCK_T, False, EXCLUSIVE and PHASE != 1)
+            A = a + k_ * carry
+            if PHASE == 1:
+                carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
+            else:
+                EMIT(outs, out_strides, scalars, A, _state_in(A, ea, ek, carry, REVERSE, BLOCK_T, EXCLUSIVE), keep,
+                     tile, T)
+            carry = _edge(A, REVERSE, BLOCK_T)
 
-    if PHASE == 1:
-        tl.store(AGG + chunk * B + b, carry, mask=mb)
-        tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+        if PHASE == 1:
+            tl.store(AGG + chunk * B + b, carry, mask=mb)
+            tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
