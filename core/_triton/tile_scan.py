@@ -5,10 +5,10 @@ that are contiguous along time.
 Also here, as the other families build on them: the scan of a tile or block with no carry
 (:func:`_scanned`), the state carried into each of its rows (:func:`_state_in`) and handed
 on from its edge, and the two-launch chunk carry. ``scan_kernel``, ``stripe_kernel`` and
-``block_kernel`` can split time into ``n_chunks`` chunks run by separate programs, in two launches:
-``PHASE=1`` reduces each chunk to its composed pair ``(a, b)``; ``PHASE=2`` folds the pairs
-of the chunks that precede it in scan order into its carry (:func:`_carry_from_chunks`),
-then scans and emits. ``PHASE=0`` is the single-launch case.
+``block_kernel`` can split time into ``n_chunks`` chunks run by separate programs, in two
+launches: ``PHASE=1`` reduces each chunk to its composed pair ``(a, b)``; ``PHASE=2`` folds
+the pairs of the chunks that precede it in scan order into its carry
+(:func:`_carry_from_chunks`), then scans and emits. ``PHASE=0`` is the single-launch case.
 """
 import triton
 import triton.language as tl
