@@ -190,19 +190,23 @@ def test_retrace_from_q(config, values, layout):
         assert_close(grad.cpu(), results["cpu"][name], torch.float64, name)
 
 
-@pytest.mark.parametrize("op", ["gae", "vtrace", "retrace", "eligibility_traces"])
-@pytest.mark.parametrize("config", ["scan-tiles", "scan-one-tile", "scan-chunks", "chained-scan-words"])
-def test_state_carried_in_by_an_exclusive_scan(op, config, monkeypatch):
-    """Tiles that take the state carried into each step from an exclusive scan (on a GPU,
-    tiles of many steps per warp; here every tile): V-trace's forward reads it, and so do
-    the backward kernels of GAE, V-trace, Retrace and the eligibility traces."""
+@pytest.mark.parametrize("op", ["gae", "td_lambda", "vtrace", "retrace", "eligibility_traces"])
+@pytest.mark.parametrize("config, way", [(c, w) for w in ("exclusive", "reload")
+                                         for c in ("scan-tiles", "scan-one-tile", "scan-chunks", "chained-scan-words")
+                                         if not (w == "reload" and c == "chained-scan-words")])
+def test_state_carried_in_without_a_gather(op, config, way, monkeypatch):
+    """Tiles that take the state carried into each step from an exclusive scan or read it
+    back from the first output (on a GPU, tiles of many steps per warp; here every tile):
+    V-trace's forward reads it, and so do the backward kernels of GAE, TD(λ), V-trace,
+    Retrace and the eligibility traces, whose first output is written at every step."""
     from rlscan import _fast
     from rlscan._triton import launch
 
     monkeypatch.setattr(launch, "EXCLUSIVE_STEPS_PER_WARP", 0)
+    monkeypatch.setattr(launch, "FORCE_STATE_IN", way)
     monkeypatch.setattr(launch, "_PLANS", {})
     monkeypatch.setattr(_fast, "_CACHE", type(_fast._CACHE)())
     problem = _problem(op, dtype=torch.float32, seed=9)
     with forced_config(**dict(KERNEL_CONFIGS[config], num_warps=2)):
         _assert_same_gradients(problem)
-    assert any(plan.constexprs.get("EXCLUSIVE") for plan in launch._PLANS.values())
+    assert any(plan.constexprs.get("STATE_IN") == way for plan in launch._PLANS.values())

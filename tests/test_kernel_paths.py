@@ -287,7 +287,7 @@ def test_words_look_back_ends_with_nan_coefficients(triton_path):
 
 
 def test_which_emit_steps_read_the_state_carried_in():
-    """Only an op whose emit step reads ``A_in`` pays for the exclusive scan."""
+    """Only an op whose emit step reads ``A_in`` pays for taking it (:func:`launch.state_in`)."""
     from rlscan._triton.launch import reads_state_in
     from rlscan.ops._value_backward import kernel as value_backward
     from rlscan.ops.gae import kernel as gae
@@ -296,6 +296,27 @@ def test_which_emit_steps_read_the_state_carried_in():
     assert not reads_state_in(gae.emit)
     assert reads_state_in(vtrace.emit)
     assert reads_state_in(value_backward.gae_emit)  # it passes A_in on
+
+
+@pytest.mark.parametrize("dtype, way", [("float32", "reload"), ("float16", "exclusive"), ("float64", "reload")])
+def test_the_state_carried_in_is_read_back_from_an_output_of_the_compute_dtype(triton_path, dtype, way, monkeypatch):
+    """V-trace's tiles across warps store the state in their first output and read it back
+    one step on, where that output holds the compute dtype; float16 outputs would round it,
+    so there the exclusive scan gives it. Single warps gather it."""
+    import torch
+
+    from rlscan import _fast
+    from rlscan._triton import launch
+
+    monkeypatch.setattr(launch, "EXCLUSIVE_STEPS_PER_WARP", 1)
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(_fast, "_CACHE", {})
+    problem = make_problem("vtrace", (T, 3), dtype=getattr(torch, dtype), device=triton_path.device, seed=8)
+    for warps, want in ((2, way), (1, "gather")):
+        launch._PLANS.clear()
+        with forced_config(**dict(CONFIGS["scan-one-tile"], num_warps=warps)):
+            assert_matches_reference(problem)
+        assert [plan.constexprs["STATE_IN"] for plan in launch._PLANS.values()] == [want]
 
 
 @pytest.mark.parametrize("config, one_tile", [("scan-one-tile", True), ("scan-tiles", False), ("scan-chunks", False)])

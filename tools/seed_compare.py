@@ -4,10 +4,12 @@ What it measures: each op beside the whole-row stand-in (``rlscan.bench.whole_ro
 program per row, the seed library's layout), plain Retrace beside Retrace from the action
 tables (the kernel the tables are added to), and launch settings side by side, as device
 time per call (a CUDA-graph replay of up to 20 calls, median of 10; ``rlscan.bench.timing``)
-and, for the table of record, the full call. The inputs: float32, terminations at 1% of
-steps as float flags, a bootstrap value, γ 0.99, λ 0.95. Every variant is checked against a
-float64 truth (``rlscan.reference``, or rlscan's exact kernel in float64 past 2M elements)
-before it is timed; a wrong variant is timed as NaN.
+and, for the table of record, the full call; backward variants (``state_in``) by the device
+time of the backward call's kernels (``torch.profiler``, mean of 10). The inputs: float32,
+terminations at 1% of steps as float flags, a bootstrap value, γ 0.99, λ 0.95. Every variant
+is checked against a float64 truth (``rlscan.reference``, or rlscan's exact kernel in float64
+past 2M elements; gradients against the CPU path's in float64) before it is timed; a wrong
+variant is timed as NaN.
 
 When to run it: on a CUDA GPU, after changing a kernel or a launch setting, to see whether
 rlscan still beats the seed library's design at the shapes of the benchmarks page::
@@ -16,6 +18,7 @@ rlscan still beats the seed library's design at the shapes of the benchmarks pag
     python tools/seed_compare.py record --budget 120     # the table of record: every op at every shape
     python tools/seed_compare.py rows --budget 300       # [N, T] row tiles against the heuristic
     python tools/seed_compare.py mid_tn                  # [T, N] at 512 x 2048: tiles, blocks, chains
+    python tools/seed_compare.py state_in                # how tiles take the state carried in, forward and backward
 
 What it prints: the copy bandwidth, then per shape its bandwidth floor and one line per
 variant (device µs, × floor, full-call µs, error, the settings the heuristic ran), then a
@@ -25,6 +28,7 @@ summary of the five fastest variants per shape. It writes every row to ``$OUT/se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -145,11 +149,80 @@ def emit(group, shape, label, dev_us, floor_us, err, full_us=None, ran=""):
     print(f"  {label:30s} {dev_us:9.1f} us {dev_us / floor_us:5.2f}x floor{extra}  err {err:.1e} {ran}", flush=True)
 
 
-def run_variants(group, op, N, T, layout, variants, A=4, full=False, stand_in=False):
-    """Each variant: ``label -> forced settings (None: the heuristic)``."""
+def time_backward(name, args, kwargs, n_leaves, want):
+    """``(device µs, error)`` of the backward call alone: the gradients of the first
+    ``n_leaves`` inputs for fixed output gradients, its kernels' device time by
+    ``torch.profiler`` (mean of 10 calls), checked against ``want`` (float64 gradients)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    leaves = [a.detach().clone().requires_grad_() for a in args[:n_leaves]]
+    outs = outputs(getattr(rlscan, name)(*leaves, *args[n_leaves:], **kwargs))
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    grads = [torch.randn(o.shape, generator=gen, device=DEV) for o in outs]
+    fn = lambda: torch.autograd.grad(outs, leaves, grads, retain_graph=True)  # noqa: E731
+    err = rel_err(fn(), want(grads))
+    if not err < 1e-4:
+        return math.nan, err
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.device_time for e in kernels) / 10, err
+
+
+def grad_truth(name, args, kwargs, n_leaves):
+    """The float64 gradients of the first ``n_leaves`` inputs on the CPU, for given output gradients."""
+    cpu = lambda x: x.detach().cpu().double() if isinstance(x, torch.Tensor) and x.is_floating_point() else (  # noqa
+        x.cpu() if isinstance(x, torch.Tensor) else x)
+    leaves = [cpu(a).requires_grad_() for a in args[:n_leaves]]
+    outs = outputs(getattr(rlscan, name)(*leaves, *map(cpu, args[n_leaves:]), **{k: cpu(v) for k, v in kwargs.items()}))
+
+    def want(grads):
+        got = torch.autograd.grad(outs, leaves, [g.cpu().double() for g in grads], retain_graph=True)
+        return tuple(g.to(DEV) for g in got)
+    return want
+
+
+@contextlib.contextmanager
+def variant(forced):
+    """One variant's settings forced inside a ``with`` block (``None``: the heuristic), with
+    no plan cached; a ``state_in`` entry sets ``launch.FORCE_STATE_IN``."""
+    fresh()
+    forced = dict(forced or {})
+    L.FORCE_STATE_IN = forced.pop("state_in", None)
+    try:
+        with L.forced_config(**forced):
+            yield
+    finally:
+        L.FORCE_STATE_IN = None
+
+
+def run_backward_variants(group, op, N, T, layout, variants, A=4):
+    """Each variant's backward call (the gradients of the floating inputs), timed alone."""
+    name, args, kwargs = problem(op, N, T, layout, A)
+    n_leaves = sum(1 for a in args if a.is_floating_point())
+    want = grad_truth(name, args, kwargs, n_leaves)
+    n_out = len(outputs(getattr(rlscan, name)(*args, **kwargs)))
+    floor_us = (n_out + n_leaves) * args[0].numel() * 4 / BW[0] * 1e6
+    shape = f"{op} backward {layout} {N}x{T}"
+    print(f"# {shape} (floor {floor_us:.1f} us: the output gradients read, the input gradients written)", flush=True)
+    for label, forced in variants.items():
+        with variant(forced):
+            dev_us, err = time_backward(name, args, kwargs, n_leaves, want)
+            ran = ran_settings()
+        emit(group, shape, label, dev_us, floor_us, err, None, ran)
+
+
+def run_variants(group, op, N, T, layout, variants, A=4, full=False, stand_in=False, backward=False):
+    """Each variant: ``label -> forced settings`` (see :func:`variant`); with ``backward``,
+    :func:`run_backward_variants`."""
     if time.monotonic() > DEADLINE[0]:
         print(f"# {op} {layout} {N}x{T}: skipped (out of time)", flush=True)
         return
+    if backward:
+        return run_backward_variants(group, op, N, T, layout, variants, A)
     name, args, kwargs = problem(op, N, T, layout, A)
     want = truth(name, args, kwargs)
     floor_us = moved_bytes(args, kwargs, len(want)) / BW[0] * 1e6
@@ -157,9 +230,8 @@ def run_variants(group, op, N, T, layout, variants, A=4, full=False, stand_in=Fa
     print(f"# {shape} (floor {floor_us:.1f} us)", flush=True)
     fn = lambda: getattr(rlscan, name)(*args, **kwargs)  # noqa: E731
     for label, forced in variants.items():
-        fresh()
         try:
-            with L.forced_config(**(forced or {})):
+            with variant(forced):
                 dev_us, full_us, err = time_variant(fn, want, full and not forced)
                 ran = ran_settings() if not forced else ""
         except Exception as exc:  # noqa: BLE001 - a setting the compiler refuses is a result too
@@ -280,7 +352,19 @@ def group_mid_tn():
     return [("mid_tn", op, 512, 2048, "tn", variants, 4, False, False) for op in ("vtrace", "gae", "retrace_from_q")]
 
 
-GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, mid_tn=group_mid_tn)
+def group_state_in():
+    """The three ways a tile kernel takes the state carried into each step
+    (``launch.state_in``), beside the heuristic: V-trace's forward, and the backward kernels
+    of GAE, V-trace and the eligibility traces, at [N, T] shapes of whole-row tiles and of
+    4-row tiles."""
+    ways = dict(HEURISTIC, **{way: dict(state_in=way) for way in ("gather", "exclusive", "reload")})
+    tasks = [("state_in", "vtrace", N, T, "nt", ways, 4, False, False) for N, T in ((512, 2048), (4096, 2048), (4096, 128))]
+    for op in ("gae", "vtrace", "eligibility_traces"):
+        tasks += [("state_in", op, N, T, "nt", ways, 4, False, False, True) for N, T in ((512, 2048), (4096, 2048))]
+    return tasks
+
+
+GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, mid_tn=group_mid_tn, state_in=group_state_in)
 
 
 def main():

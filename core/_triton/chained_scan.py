@@ -335,7 +335,7 @@ def chained_scan_kernel(
     ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
     TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None, UNROLL: tl.constexpr = None,
     TEST_LOOKBACK: tl.constexpr = False, LOOKBACK: tl.constexpr = 1, LINK: tl.constexpr = "flags",
-    EXCLUSIVE: tl.constexpr = False,
+    STATE_IN: tl.constexpr = "gather",
 ):
     """:func:`chained_kernel` with one of ``scan_kernel``'s ``[BLOCK_T, BLOCK_B]`` tiles per
     program (``chunk_len = BLOCK_T``), scanned across all its threads by
@@ -348,12 +348,13 @@ def chained_scan_kernel(
     if WIDE:
         t = t.to(tl.int64)
     a, k, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC,
-                                        BLOCK_T, False, EXCLUSIVE)
+                                        BLOCK_T, False, STATE_IN == "exclusive")
     carry, _, _ = _chain_carry(AGG, FLAGS, n_b, j, pid_b, n_chunks, B, b, b_hi, b_lo, mb, _edge(a, REVERSE, BLOCK_T),
                                _edge(k, REVERSE, BLOCK_T), INIT, init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK,
                                LINK)
     A = a + k * carry
-    EMIT(outs, out_strides, scalars, A, _state_in(A, ea, ek, carry, REVERSE, BLOCK_T, EXCLUSIVE), keep, tile, T)
+    A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, BLOCK_T, STATE_IN, ACC)
+    EMIT(outs, out_strides, scalars, A, A_in, keep, tile, T)
 
 
 @triton.jit

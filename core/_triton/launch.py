@@ -275,6 +275,7 @@ class LaunchPlan:
         self.unchecked = len(self.candidates) > 1 and not interpreting()
         self.device = device
         self.compute_dtype = compute_dtype
+        self.reloadable = outs[0] is not None and outs[0].dtype == compute_dtype
         self.init_of = init_of
         self.wide = wide
         self.exact = exact
@@ -332,7 +333,7 @@ class LaunchPlan:
         if cfg.kind in ("block", "chained"):
             kwargs["STEP_SCAN"] = cfg.step_scan
         if cfg.kind in ("scan", "chained_scan"):
-            kwargs["EXCLUSIVE"] = exclusive_scan(emit, cfg)
+            kwargs["STATE_IN"] = state_in(emit, cfg, self.reloadable)
         if cfg.kind == "scan":
             kwargs["ONE_TILE"] = cfg.n_chunks == 1 and cfg.block_t >= T
         self.constexprs = kwargs
@@ -477,22 +478,37 @@ def _key(signature):
     return signature, settings_key()
 
 
-#: tiles of at least this many steps per warp take the state carried into each step from an
-#: exclusive scan (:func:`exclusive_scan`)
+#: tiles of at least this many steps per warp take the state carried into each step from
+#: memory or from an exclusive scan, not from their neighbour (:func:`state_in`)
 EXCLUSIVE_STEPS_PER_WARP = 128
+#: ``"gather"``, ``"exclusive"`` or ``"reload"`` to take the state carried in one way for
+#: every ``EMIT`` that reads it (tests and ``tools/seed_compare.py state_in``); ``None``: choose
+FORCE_STATE_IN = None
 
 
-def exclusive_scan(emit, cfg: Config) -> bool:
-    """Whether a tile kernel takes the state carried into each step from an exclusive scan
-    (a second pair in ``tl.associative_scan``) rather than from the neighbouring row: for an
-    ``EMIT`` that reads it, in tiles spread over several warps with at least
-    ``EXCLUSIVE_STEPS_PER_WARP`` steps each. There Triton's gather of the neighbour crosses
-    warps through shared memory: for V-trace in 1024-step tiles on 8 warps it took 1,124
-    shuffles and 39 barriers against 192 and 5 (sm_90 PTX). Where the steps fit a warp the
-    gather was cheaper than the second pair: 113 shuffles against 189 in 128 × 4 tiles on 4
-    warps, 1,290 instructions against 1,568 in V-trace's 256-step tiles on one warp."""
-    return (cfg.num_warps > 1 and cfg.block_t >= EXCLUSIVE_STEPS_PER_WARP * cfg.num_warps
-            and reads_state_in(emit))
+def state_in(emit, cfg: Config, reloadable: bool) -> str:
+    """How a tile kernel gives an op's ``EMIT`` the state carried into each step, ``A_in``
+    (``STATE_IN`` of ``tile_scan._state_in``), for an ``EMIT`` that reads it:
+
+    * ``"reload"``: ``A`` stored in the first output and read back one step on, in the tile
+      kernel's tiles spread over several warps with at least ``EXCLUSIVE_STEPS_PER_WARP``
+      steps each, where ``reloadable`` (the first output is given and has the compute dtype);
+    * ``"exclusive"``: a second pair in ``tl.associative_scan``, in such tiles otherwise;
+    * ``"gather"``: the neighbouring row, elsewhere.
+
+    Across warps Triton's gather goes through shared memory: for V-trace in 1024-step tiles
+    on 8 warps it took 1,124 shuffles and 39 barriers, the exclusive scan 192 and 5 (sm_90
+    PTX). On an H200 (``tools/seed_compare.py state_in``), reading back took V-trace's
+    ``[N, T]`` forward from 10.4 µs (exclusive) to 9.1 at 512 × 2048 and from 70.1 to 61.2 at
+    4096 × 2048, GAE's backward from 45.1 to 44.0 and the eligibility traces' from 36.5 to
+    35.4. Where the steps fit a warp the gather was cheaper than either: 113 shuffles against
+    189 for the second pair in 128 × 4 tiles on 4 warps, and 4.4 µs against 4.6 (reload) and
+    5.6 (exclusive) for V-trace at 4096 × 128."""
+    if FORCE_STATE_IN:
+        return FORCE_STATE_IN if FORCE_STATE_IN != "reload" or reloadable else "exclusive"
+    if not reads_state_in(emit) or cfg.num_warps == 1 or cfg.block_t < EXCLUSIVE_STEPS_PER_WARP * cfg.num_warps:
+        return "gather"
+    return "reload" if reloadable and cfg.kind == "scan" else "exclusive"
 
 
 @functools.lru_cache(maxsize=None)

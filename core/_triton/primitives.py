@@ -17,7 +17,9 @@ An op plugs in two ``@triton.jit`` functions:
 * ``EMIT(outs, strides, scalars, A, A_in, keep, tile, T)`` writes the outputs from the
   state ``A``; ``A_in`` is the state carried into each step (``A_{t+1}`` in reverse,
   ``A_{t-1}`` forward), for ops that read it (an ``EMIT`` whose source never names it
-  spares the kernel the work: ``launch.exclusive_scan``).
+  spares the kernel the work: ``launch.state_in``). An ``EMIT`` that reads it writes its
+  first output, when given, at every step of the tile: the tile kernel may keep ``A``
+  there until ``EMIT`` runs.
 
 A ``tile`` is the tuple ``(t, b_hi, b_lo, mask, batch_mask)``; element ``(t, b)`` of a
 tensor with strides ``s`` is at ``t*s[0] + b_hi*s[1] + b_lo*s[2]`` (see ``_inputs``).
