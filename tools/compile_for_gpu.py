@@ -263,7 +263,8 @@ class Compiler:
         self.seconds = 0.0
         self.case, self.cfg = "", None
         # once_per_setting: a setting's kernels compiled for one call stand for every other call
-        # with that setting (except the calls of ALWAYS)
+        # with that setting and the same way of taking the state carried in (``STATE_IN``),
+        # except the calls of ALWAYS
         self.once_per_setting, self.always, self.settings_compiled = once_per_setting, False, set()
 
     def compile(self, fn, grid, args, kwargs) -> None:
@@ -271,7 +272,7 @@ class Compiler:
         bound, specialization, options = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(self.backend, kwargs, bound, specialization, options)
         if self.once_per_setting and not self.always and self.cfg is not None:
-            by_setting = (fn.__name__, setting_name(self.cfg), kwargs.get("PHASE"))
+            by_setting = (fn.__name__, setting_name(self.cfg), kwargs.get("PHASE"), kwargs.get("STATE_IN"))
             if by_setting in self.settings_compiled:
                 return
             self.settings_compiled.add(by_setting)
