@@ -505,7 +505,7 @@ def state_in(emit, cfg: Config, reloadable: bool) -> str:
     189 for the second pair in 128 × 4 tiles on 4 warps, and 4.4 µs against 4.6 (reload) and
     5.6 (exclusive) for V-trace at 4096 × 128."""
     if not reads_state_in(emit):
-        return "gather"  # never taken
+        return "gather"  # the EMIT never reads it: no way is compiled in
     if FORCE_STATE_IN:
         return FORCE_STATE_IN if FORCE_STATE_IN != "reload" or reloadable else "exclusive"
     if cfg.num_warps == 1 or cfg.block_t < EXCLUSIVE_STEPS_PER_WARP * cfg.num_warps:

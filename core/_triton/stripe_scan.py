@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .primitives import compose
-from .tile_scan import _carried_in, _edge, _program_start, _scanned
+from .tile_scan import _carried_in, _edge, _in_scan_order, _program_start, _scanned, _store_chunk_pair
 
 
 @triton.jit
@@ -95,10 +95,7 @@ def stripe_kernel(
     window = STRIPES * STEPS
     n_windows = tl.cdiv(t_hi - t_lo, window)
     for i in tl.range(n_windows, num_stages=STAGES, loop_unroll_factor=UNROLL):
-        if REVERSE:
-            w = n_windows - 1 - i
-        else:
-            w = i
+        w = _in_scan_order(i, n_windows, REVERSE)
         first = t_lo + w * window + starts
         a, k = _fold_stripes(ins, in_strides, scalars, first, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE, ACC, STRIPES,
                              STEPS, BLOCK_B)
@@ -111,8 +108,7 @@ def stripe_kernel(
         carry = out_a + out_k * carry
 
     if PHASE == 1:
-        tl.store(AGG + chunk * B + b, carry, mask=mb)
-        tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+        _store_chunk_pair(AGG, chunk, n_chunks, b, mb, B, carry, carry_b)
 
 
 @triton.jit
@@ -177,10 +173,7 @@ def block_kernel(
     window = STRIPES * STEPS
     n_windows = tl.cdiv(t_hi - t_lo, window)
     for i in tl.range(n_windows, num_stages=STAGES, loop_unroll_factor=UNROLL):
-        if REVERSE:
-            w = n_windows - 1 - i
-        else:
-            w = i
+        w = _in_scan_order(i, n_windows, REVERSE)
         a, k, ia, ik, out_a, out_k, tile, keep = _block(
             ins, in_strides, scalars, t_lo + w * window + offset, b_hi3, b_lo3, mb3, t_hi, T,
             COEFFS, REVERSE, ACC, STRIPES, STEPS, BLOCK_B, STEP_SCAN)
@@ -191,5 +184,4 @@ def block_kernel(
         carry = out_a + out_k * carry
 
     if PHASE == 1:
-        tl.store(AGG + chunk * B + b, carry, mask=mb)
-        tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+        _store_chunk_pair(AGG, chunk, n_chunks, b, mb, B, carry, carry_b)

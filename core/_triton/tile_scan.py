@@ -160,6 +160,23 @@ def _carry_from_chunks(AGG, chunk, n_chunks, b, mb, B, carry, REVERSE: tl.conste
 
 
 @triton.jit
+def _store_chunk_pair(AGG, chunk, n_chunks, b, mb, B, a, k):
+    """``PHASE=1``'s result, the chunk's composed pair ``(a, k)``, where
+    :func:`_carry_from_chunks` reads it."""
+    tl.store(AGG + chunk * B + b, a, mask=mb)
+    tl.store(AGG + (n_chunks + chunk) * B + b, k, mask=mb)
+
+
+@triton.jit
+def _in_scan_order(i, n, REVERSE: tl.constexpr):
+    """The ``i``-th of a chunk's ``n`` tiles (or windows) in scan order: from the last in reverse."""
+    if REVERSE:
+        return n - 1 - i
+    else:
+        return i
+
+
+@triton.jit
 def _program_start(INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
                    REVERSE: tl.constexpr, PHASE: tl.constexpr, ACC: tl.constexpr, BLOCK_B: tl.constexpr,
                    BLOCK_C: tl.constexpr, TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr):
@@ -198,32 +215,27 @@ def scan_kernel(
         t = tl.arange(0, BLOCK_T)[:, None]
         if WIDE:
             t = t.to(tl.int64)
-        a, k_, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE,
-                                             ACC, BLOCK_T, False, STATE_IN == "exclusive")
-        A = a + k_ * carry
+        a, k, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE,
+                                            ACC, BLOCK_T, False, STATE_IN == "exclusive")
+        A = a + k * carry
         A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, BLOCK_T, STATE_IN, ACC)
         EMIT(outs, out_strides, scalars, A, A_in, keep, tile, T)
     else:
         carry_b = tl.full([1, BLOCK_B], 1, ACC)
         n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
         for i in tl.range(n_tiles, num_stages=STAGES, loop_unroll_factor=UNROLL):
-            if REVERSE:
-                k = n_tiles - 1 - i
-            else:
-                k = i
-            t = t_lo + k * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+            t = t_lo + _in_scan_order(i, n_tiles, REVERSE) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
             if WIDE:
                 t = t.to(tl.int64)
-            a, k_, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS,
-                                                 REVERSE, ACC, BLOCK_T, False, STATE_IN == "exclusive" and PHASE != 1)
-            A = a + k_ * carry
+            a, k, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS,
+                                                REVERSE, ACC, BLOCK_T, False, STATE_IN == "exclusive" and PHASE != 1)
+            A = a + k * carry
             if PHASE == 1:
-                carry_b = _edge(k_ * carry_b, REVERSE, BLOCK_T)
+                carry_b = _edge(k * carry_b, REVERSE, BLOCK_T)
             else:
                 A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, BLOCK_T, STATE_IN, ACC)
                 EMIT(outs, out_strides, scalars, A, A_in, keep, tile, T)
             carry = _edge(A, REVERSE, BLOCK_T)
 
         if PHASE == 1:
-            tl.store(AGG + chunk * B + b, carry, mask=mb)
-            tl.store(AGG + (n_chunks + chunk) * B + b, carry_b, mask=mb)
+            _store_chunk_pair(AGG, chunk, n_chunks, b, mb, B, carry, carry_b)
