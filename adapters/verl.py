@@ -67,10 +67,12 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     gamma = _coef("config.gamma", config["gamma"] if isinstance(config, dict) else config.gamma)
     with torch.no_grad():
         # the running return is multiplied by m_t after step t: the trace into step t-1 is cut where m_t = 0
-        cut = torch.zeros(response_mask.shape, dtype=torch.bool, device=response_mask.device)
-        cut[..., :-1] = response_mask[..., 1:] == 0
+        cut = torch.empty(response_mask.shape, dtype=torch.bool, device=response_mask.device)
+        torch.eq(response_mask[..., 1:], 0, out=cut[..., :-1])
+        cut[..., -1] = False
         returns = rlscan.discounted_returns(token_level_rewards, terminated=cut, gamma=gamma, time_dim=-1)
-        advantages = rlscan.masked_whiten(returns, response_mask) * response_mask
+        advantages = rlscan.masked_whiten(returns, response_mask, zero_skipped=True)
+        advantages = advantages.to(torch.result_type(returns, response_mask))  # verl's product promotes
     return advantages, returns
 
 

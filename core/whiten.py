@@ -6,9 +6,10 @@ The statistics are those of the kept positions (``mask = 1``) of the whole tenso
     out = (x − μ) · rsqrt(σ² + eps)          (+ μ when shift_mean is False)
 
 and the formula is applied at *every* position, kept or not (verl's ``masked_whiten``).
-On the Triton path this is two kernels: one pass that reduces blocks of the tensor to
-their count, mean and centred sum of squares (merged in float64, Chan et al.'s
-formula), and one pass that writes the result; the statistics stay on the device.
+On the Triton path this is three kernels: one pass that reduces blocks of the tensor to
+their count, mean and centred sum of squares, one program that merges them in float64
+(Chan et al.'s formula), and one pass that writes the result; the statistics stay on
+the device.
 """
 from __future__ import annotations
 
@@ -23,17 +24,19 @@ from .ops._skip import MASK_DTYPES
 _warned = []
 
 
-def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8):
+def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, zero_skipped: bool = False):
     """Standardise ``values`` with the mean and the Bessel-corrected variance of the
     positions where ``mask`` is 1 (over the whole tensor), applied to every position::
 
-        out = (values − μ) · rsqrt(σ² + eps)
+        out = (values − μ) · rsqrt(σ² + eps)          (· m with zero_skipped)
 
     Args:
         values: a floating tensor (or numpy array), any shape.
         mask: bool, integer or 0/1 floating values of ``values``' shape.
         shift_mean: False adds ``μ`` back (only the spread is normalised).
         eps: added to the variance under the square root.
+        zero_skipped: set the positions where ``mask`` is 0 to 0 (REINFORCE++'s
+            advantages, ``masked_whiten(G, m) · m``), in the same pass.
 
     Returns:
         A tensor of ``values``' shape and dtype (computed in float32, or float64).
@@ -51,9 +54,11 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8):
     check_shape("mask", m, x.shape, "values")
     if not isinstance(shift_mean, bool):
         raise TypeError(f"shift_mean must be a bool, got {type(shift_mean).__name__}")
+    if not isinstance(zero_skipped, bool):
+        raise TypeError(f"zero_skipped must be a bool, got {type(zero_skipped).__name__}")
     eps = float(eps)
     if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
-        return _torch_form(x, m, shift_mean, eps, check=False)
+        return _torch_form(x, m, shift_mean, eps, zero_skipped, check=False)
     if m.dtype != torch.bool and m.device.type == "cpu" and m.numel() and not bool(((m == 0) | (m == 1)).all()):
         raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
     out = None
@@ -61,43 +66,60 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8):
         try:
             from ._triton import whiten as kernels
 
-            out = kernels.masked_whiten(x, m, shift_mean, eps, _check_count)
+            out = kernels.masked_whiten(x, m, shift_mean, eps, _check_count, zero_skipped)
         except ValueError:
             raise
         except Exception as error:  # a compiler or launcher failure: the torch form is as correct
-            if not _warned:
-                _warned.append(True)
-                warnings.warn(f"rlscan.masked_whiten: the Triton kernels failed ({error!r}); using torch operations",
-                              stacklevel=2)
+            _warn_once(error)
     if out is None:
-        out = _torch_form(x, m, shift_mean, eps)
+        out = _torch_form(x, m, shift_mean, eps, zero_skipped)
     return out.numpy() if numpy_io else out
 
 
 def apply_whitening(x: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
-    """``masked_whiten`` from sums gathered elsewhere: ``sums = (n, Σ x, Σ x²)`` (float64) over
-    the kept positions of ``x`` (the Triton path, where a scan gathered them)."""
-    from ._triton import whiten as kernels
+    """``masked_whiten`` from sums gathered elsewhere (the Triton path, where a scan gathered
+    them): ``sums = [3, P]`` float64 partial counts, sums and sums of squares over the kept
+    positions of ``x``, which is whitened in place."""
+    stats = None
+    try:
+        from ._triton import whiten as kernels
 
-    n, s, q = sums
-    _check_count(n)
-    mean = s / n
-    var = (q - n * mean * mean).clamp(min=0) / (n - 1)
-    stats = torch.stack([mean, torch.rsqrt(var + 1e-8)])
-    if not x.is_contiguous():  # the kernel reads flat memory; torch's elementwise ops take any strides
-        mean, scale = stats.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-        return ((x - mean) * scale).to(x.dtype)
-    return kernels.apply_stats(x, stats)
+        stats = kernels.statistics(sums, 1e-8, centred=False)
+        if x.is_contiguous():
+            kernels.apply_stats(x, stats, out=x)
+            _check_count(stats[2])
+            return x
+    except Exception as error:  # a compiler or launcher failure: the torch form is as correct
+        _warn_once(error)
+        stats = None
+    if stats is None:
+        n, s, q = sums.sum(dim=1)
+        mean = s / n
+        var = (q - n * mean * mean).clamp(min=0) / (n - 1)
+        stats = torch.stack([mean, torch.rsqrt(var + 1e-8), n])
+    mean, scale = stats[:2].to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    x.copy_((x - mean) * scale)  # any strides
+    _check_count(stats[2])
+    return x
+
+
+def _warn_once(error: Exception) -> None:
+    if not _warned:
+        _warned.append(True)
+        warnings.warn(f"rlscan.masked_whiten: the Triton kernels failed ({error!r}); using torch operations",
+                      stacklevel=3)
 
 
 def _check_count(n) -> None:
-    """verl's check (a synchronisation, for a count on the GPU)."""
+    """verl's check (a synchronisation, for a count on the GPU; made after the launches, so
+    that the device is not kept waiting)."""
     n = int(n)
     if n < 2:
         raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {n}")
 
 
-def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, check: bool = True) -> torch.Tensor:
+def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, zero_skipped: bool = False,
+                check: bool = True) -> torch.Tensor:
     """The same statistics with torch operations (float64 sums)."""
     keep = m != 0
     n = keep.sum()
@@ -111,6 +133,8 @@ def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, 
     out = (x.to(compute) - mean) * scale
     if not shift_mean:
         out = out + mean
+    if zero_skipped:
+        out = torch.where(keep, out, 0)
     return out.to(x.dtype)
 
 

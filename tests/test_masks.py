@@ -2,6 +2,8 @@
 references (docs/semantics.md, "Skipped steps"): padding after EOS, observation spans inside
 a response, rows with no kept step, one-step rows, γ = λ = 1, bfloat16 values, long responses,
 every Triton kernel kind, exact mode bit for bit, gradients, torch.compile and bad input."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -185,6 +187,25 @@ def test_one_pass_whitened(triton_path_only, lmbda):
     torch.testing.assert_close(adv, two_scans, rtol=1e-4, atol=1e-4)
 
 
+def test_one_pass_pairs_the_lanes_of_one_row_settings(triton_path_only, monkeypatch):
+    """Where the table runs one row per program (``block_b = 1``), the one pass runs an
+    environment's two lanes in one program (``block_b = 2``) instead of falling back."""
+    from rlscan._triton import launch
+    from rlscan._triton.settings import Config
+    from rlscan.ops.gae import one_pass
+
+    ran = []
+    run = one_pass._run
+    monkeypatch.setattr(one_pass, "_run", lambda *a: ran.append(run(*a)) or ran[-1])
+    monkeypatch.setattr(launch, "choose_configs", lambda T, B, *a, **k: (Config("scan", 1, 4, block_t=8, chunk_len=T),))
+    monkeypatch.setattr(launch, "_PLANS", {})
+    args, kwargs = _problem("gae", B=3, T=T, device=triton_path_only, terminated=True, mask=PATTERNS[[0, 1, 4]])
+    with launch.recording_plans() as plans:
+        _check("gae", args, kwargs)
+    assert len(ran) == 1 and ran[0] is not None
+    assert [p.cfg.block_b for p in plans] == [2]
+
+
 def test_one_pass_failure_falls_back(triton_path_only, monkeypatch):
     from rlscan.ops.gae import one_pass
 
@@ -296,8 +317,43 @@ def test_masked_whiten_matches_float64(path):
         torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
     got = rlscan.masked_whiten(x.to(path.device), m.to(path.device), shift_mean=False)
     torch.testing.assert_close(got.cpu().double(), want + mean, rtol=1e-5, atol=1e-5)
+    for mask in (m, m.bool(), m.float()):
+        got = rlscan.masked_whiten(x.to(path.device), mask.to(path.device), zero_skipped=True)
+        torch.testing.assert_close(got.cpu().double(), torch.where(keep, want, 0), rtol=1e-5, atol=1e-5)
     # the loop module's whitening (used against verl's numbers) agrees too
     torch.testing.assert_close(verl_loops.masked_whiten(xd, m), want)
+
+
+def test_whitening_kernels_run_and_merge_many_parts(triton_path_only):
+    """The Triton whitening runs without falling back (a warning here is an error), for
+    masked_whiten and GAE's gathered sums; its merge of partial sums, over more parts than
+    one block of the merging program holds, equals float64 arithmetic."""
+    from rlscan._triton import whiten as kernels
+
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(4, 50, generator=g) * 2 + 5).to(triton_path_only)
+    m = (torch.rand(4, 50, generator=g) < 0.7).to(triton_path_only)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = rlscan.masked_whiten(x, m)
+        args, kwargs = _problem("gae", B=3, T=T, device=triton_path_only)
+        adv, _ = rlscan.gae(*args, **kwargs, whiten=True)
+    keep = m.cpu()
+    mean, std = x.cpu().double()[keep].mean(), x.cpu().double()[keep].std()
+    torch.testing.assert_close(got.cpu().double(), (x.cpu().double() - mean) / std, rtol=1e-5, atol=1e-5)
+    want = verl_loops.masked_whiten(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
+    torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
+
+    P = 2 * kernels.FINISH_BLOCK + 5
+    n = torch.randint(0, 40, (P,), generator=g).double()
+    s = torch.randn(P, generator=g, dtype=torch.float64) * n + 3 * n
+    q = torch.rand(P, generator=g, dtype=torch.float64) * n
+    mean = s.sum() / n.sum()
+    for centred in (True, False):  # q about each part's mean, or a plain sum of squares
+        m2 = (q + n * (s / n.clamp(min=1) - mean) ** 2).sum() if centred else q.sum() - n.sum() * mean ** 2
+        scale = torch.rsqrt(m2.clamp(min=0) / (n.sum() - 1) + 1e-8)
+        stats = kernels.statistics(torch.stack([n, s, q]).to(triton_path_only), 1e-8, centred=centred)
+        torch.testing.assert_close(stats.cpu(), torch.stack([mean, scale, n.sum()]), rtol=1e-12, atol=0)
 
 
 def test_masked_whiten_errors():
@@ -312,6 +368,8 @@ def test_masked_whiten_errors():
         rlscan.masked_whiten(x, torch.full((3, 4), 0.5))
     with pytest.raises(TypeError, match="floating"):
         rlscan.masked_whiten(torch.ones(3, 4, dtype=torch.long), torch.ones(3, 4))
+    with pytest.raises(TypeError, match="zero_skipped must be a bool"):
+        rlscan.masked_whiten(x, torch.ones(3, 4), zero_skipped=1)
 
 
 @pytest.mark.parametrize("op", OPS)

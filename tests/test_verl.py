@@ -78,8 +78,12 @@ class _Config:
 
 
 @pytest.mark.parametrize("config", [_Config(), {"gamma": 0.97}])
-def test_reinforce_plus_plus_matches_verl_loop(path, config):
+@pytest.mark.parametrize("mask_dtype", [torch.long, torch.bool, torch.float64])
+def test_reinforce_plus_plus_matches_verl_loop(path, config, mask_dtype):
+    """Values and dtypes: verl's advantages are ``whitened · mask``, so a float64 mask makes
+    them float64."""
     r, _, m = _batch(seed=4, device=path.device)
+    m = m.to(mask_dtype)
     got = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, config, index=None)
     want = verl_loops.reinforce_plus_plus(r.cpu(), m.cpu(), 0.97)
     for g, w in zip(got, want):

@@ -219,7 +219,7 @@ MASKED_SHAPES = {"full": ((256, 4096), (64, 32768), (16, 64)), "small": ((256, 4
 
 
 def run_masked(compiler, size: str) -> None:
-    """The masked calls (their one pass must not fall back) and masked_whiten's two kernels."""
+    """The masked calls (their one pass must not fall back) and masked_whiten's kernels."""
     from rlscan.ops.gae import one_pass
 
     compiler.always = True  # their kernels share settings with the unmasked calls' but not code
@@ -238,13 +238,20 @@ def run_masked(compiler, size: str) -> None:
 
     from rlscan._triton import whiten as W
 
-    x, m, stats = torch.empty(5000), torch.ones(5000, dtype=torch.uint8), torch.zeros(2)
+    x, m, stats = torch.empty(5000), torch.ones(5000, dtype=torch.uint8), torch.zeros(3, dtype=torch.float64)
     for dtype, acc in ((torch.float32, tl.float32), (torch.bfloat16, tl.float32), (torch.float64, tl.float64)):
         xs = x.to(dtype)
         parts = torch.empty(9, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
         compiler.case, compiler.cfg = f"masked_whiten {dtype}", None
         compiler.compile(W.block_stats, (2,), (xs, m, parts, 5000, 3), dict(BLOCK=W.BLOCK, ACC=acc, num_warps=8))
-        compiler.compile(W.apply, (2,), (xs, xs, stats, 5000), dict(SHIFT=True, BLOCK=W.BLOCK, ACC=acc, num_warps=8))
+        compiler.compile(W.finish, (1,), (parts, stats, 3, L.split(1e-8)),
+                         dict(CENTRED=True, BLOCK=W.FINISH_BLOCK, num_warps=4))
+        for times_mask in (False, True):
+            compiler.compile(W.apply, (2,), (xs, xs, stats, m, 5000),
+                             dict(SHIFT=True, TIMES_MASK=times_mask, BLOCK=W.BLOCK, ACC=acc, num_warps=8))
+    compiler.case = "GAE's gathered sums"  # the one pass's float64 slots, merged as plain sums
+    compiler.compile(W.finish, (1,), (torch.empty(3, 64, dtype=torch.float64), stats, 64, L.split(1e-8)),
+                     dict(CENTRED=False, BLOCK=W.FINISH_BLOCK, num_warps=4))
 
 
 GROUPS = ("forward", "dtypes", "backward", "exact", "deterministic", "forced", "wide", "masked")

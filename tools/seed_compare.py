@@ -19,6 +19,7 @@ rlscan still beats the seed library's design at the shapes of the benchmarks pag
     python tools/seed_compare.py rows --budget 300       # [N, T] row tiles against the heuristic
     python tools/seed_compare.py mid_tn                  # [T, N] at 512 x 2048: tiles, blocks, chains
     python tools/seed_compare.py state_in                # how tiles take the state carried in, forward and backward
+    python tools/seed_compare.py long_rows               # [N, T] rows of 4096+ steps: tiles chained, or split
 
 What it prints: the copy bandwidth, then per shape its bandwidth floor and one line per
 variant (device µs, × floor, full-call µs, error, the settings the heuristic ran), then a
@@ -365,7 +366,24 @@ def group_state_in():
     return tasks
 
 
-GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, mid_tn=group_mid_tn, state_in=group_state_in)
+def group_long_rows():
+    """``[N, T]`` rows longer than the whole-row tiles (verl's responses, long episodes): the
+    heuristic (their table class chains 1024-step tiles by a look-back, in one launch) beside
+    the setting before it, 4-row tiles of 256 steps split in time over two launches; every
+    op forward, and the backward kernels of four ops."""
+    tasks = []
+    for N, T in ((64, 32768), (128, 16384), (256, 8192), (16, 262144)):
+        before = dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=T // 1024)
+        variants = {"heuristic": None, "before (b4 t256 w4 split)": before}
+        tasks += [("long_rows", op, N, T, "nt", variants, 4, False, False) for op in OPS]
+        if (N, T) in ((64, 32768), (16, 262144)):
+            tasks += [("long_rows", op, N, T, "nt", variants, 4, False, False, True)
+                      for op in ("gae", "vtrace", "discounted_returns", "eligibility_traces")]
+    return tasks
+
+
+GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, mid_tn=group_mid_tn, state_in=group_state_in,
+              long_rows=group_long_rows)
 
 
 def main():

@@ -19,6 +19,7 @@ whitening or the verl adapter, to refresh the verl table of the benchmarks page;
 checks the script itself on the CPU::
 
     python tools/verl_timing.py
+    python tools/verl_timing.py --settings   # also the masked one pass under other launch settings
     TRITON_INTERPRET=1 python tools/verl_timing.py --dry   # tiny shapes on the CPU
 
 What it prints: the copy bandwidth and launch floor, per shape the errors and a JSON line of
@@ -42,6 +43,7 @@ from rlscan.bench import floors, timing, verl_loops
 from rlscan.ops.gae import one_pass
 
 DRY = "--dry" in sys.argv
+SETTINGS = "--settings" in sys.argv
 dev = torch.device("cpu" if DRY else "cuda")
 SHAPES = [(4, 64), (2, 256)] if DRY else [(256, 4096), (64, 32768)]
 GAMMA, LAM = 1.0, 0.95  # verl's default gamma; lam below 1 exercises the general form
@@ -88,6 +90,37 @@ def device(fn):
         return t.seconds, t.method
     finally:
         rlscan.whiten._check_count = check
+
+
+def _chained(b, t, w, **kw):
+    return dict(kind="chained_scan", block_b=b, block_t=t, num_warps=w, **kw)
+
+
+# the masked one pass's lanes come in pairs, so every block_b is even
+VARIANTS = {"scan b2 t1024 w8": dict(kind="scan", block_b=2, block_t=1024, num_warps=8),
+            "scan b2 t2048 w8": dict(kind="scan", block_b=2, block_t=2048, num_warps=8),
+            "scan b2 t4096 w16": dict(kind="scan", block_b=2, block_t=4096, num_warps=16),
+            "scan b4 t256 w4 c16": dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=16),
+            "chained_scan b2 t1024 w4": _chained(2, 1024, 4), "chained_scan b2 t2048 w8": _chained(2, 2048, 8),
+            "chained_scan b2 t1024 w4 words": _chained(2, 1024, 4, link="words", lookback=8)}
+
+
+def time_settings(r, v, m, truth_returns):
+    """The masked one pass (GAE alone, bool and int64 masks) under each of ``VARIANTS``."""
+    from rlscan import _fast
+    from rlscan._triton import launch
+
+    for label, forced in {"heuristic": None, **VARIANTS}.items():
+        for mask in (m.bool(), m):
+            launch._PLANS.clear()
+            _fast._CACHE.clear()
+            fn = lambda: rlscan.gae(r, v, mask=mask, gamma=GAMMA, lmbda=LAM, time_dim=1)  # noqa: E731
+            with launch.forced_config(**(forced or {})):
+                err = error(fn()[1], truth_returns)
+                us = 1e6 * device(fn)[0] if err < 1e-5 else float("nan")
+                ran = "; ".join(f"{p.cfg.kind} b{p.cfg.block_b} t{p.cfg.block_t} w{p.cfg.num_warps} c{p.cfg.n_chunks}"
+                                for p in launch._PLANS.values())
+            print(f"  {label:32s} {str(mask.dtype):12s} {us:7.1f} us  returns error {err:.1e}  ran {ran}", flush=True)
 
 
 class two_scans:
@@ -145,6 +178,8 @@ def main():
         rows.append(dict(shape=f"{B}x{T}", estimator="reinforce_plus_plus", ok=ok_rpp, errors=rpp_err,
                          loop_s=rpp_loop_s, wall_s=rpp_wall, device_s=rpp_dev, floor_s=rpp_floor, method=method))
         print(json.dumps(rows[-2:], default=str), flush=True)
+        if SETTINGS:
+            time_settings(r, v, m, truth[1])
 
     out = os.environ.get("OUT", "bench-out")
     os.makedirs(out, exist_ok=True)

@@ -262,7 +262,7 @@ class LaunchPlan:
     disabled_reason = ""
 
     def __init__(self, spec, layout, ins, in_strides, outs, out_strides, init_strides, *, compute_dtype,
-                 time_contiguous, exact, device, wide, init_of, cpu_fallback=None):
+                 time_contiguous, exact, device, wide, init_of, cpu_fallback=None, lane_pairs=False):
         self.spec, self.layout = spec, layout
         series = sum(x is not None and s[0] != 0 for x, s in zip(ins, in_strides)) + sum(o is not None for o in outs)
         # what the settings table matches on, besides the GPU (``rlscan tune`` reads it)
@@ -272,6 +272,9 @@ class LaunchPlan:
             _RECORDING.append(self)
         self.candidates = choose_configs(layout.T, layout.B, time_contiguous, exact, device, spec[2], series,
                                          compute_dtype == torch.float32)
+        if lane_pairs and not _forced:  # neighbouring lanes of the batch axis share a program
+            self.candidates = tuple(c if c.block_b % 2 == 0 else c._replace(block_b=2 * c.block_b)
+                                    for c in self.candidates)
         self.unchecked = len(self.candidates) > 1 and not interpreting()
         self.device = device
         self.compute_dtype = compute_dtype
@@ -533,19 +536,22 @@ def cached_plan(signature) -> Optional[LaunchPlan]:
 
 
 def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
-             init_of=None, init_strides=(0, 0, 0), signature=None, cpu_fallback=None) -> LaunchPlan:
+             init_of=None, init_strides=(0, 0, 0), signature=None, cpu_fallback=None,
+             lane_pairs=False) -> LaunchPlan:
     """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``, or
     with a fourth entry that builds the plan instead, outside ``exact``) on a ``[T, B]``
     grid; ``cpu_fallback(ins, outs, scalars)`` computes it where no setting compiles.
     ``signature``, when given, identifies everything the plan depends on (the caller
-    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it."""
+    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it.
+    ``lane_pairs``: the batch axis holds pairs of lanes that one program must scan together
+    (an odd ``block_b`` of the table is doubled)."""
     device = next(o for o in outs if o is not None).device
     wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
 
     def engine_plan():
         return LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
                           compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
-                          wide=wide, init_of=init_of, cpu_fallback=cpu_fallback)
+                          wide=wide, init_of=init_of, cpu_fallback=cpu_fallback, lane_pairs=lane_pairs)
 
     if len(spec) == 4 and not exact:
         # a fourth entry builds a plan of its own: a prologue kernel first (retrace_from_q's

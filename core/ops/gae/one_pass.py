@@ -75,9 +75,9 @@ def _run(call, lanes, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda, 
         plan = launch.new_plan(
             (kernel.coeffs_lanes, kernel.emit_lanes, True), lanes, ins, strides, outs, tuple(lanes.strides(outs[0])),
             compute_dtype=compute, time_contiguous=r.stride(call.time_dim) == 1 and lanes.T > 1,
-            init_of=5, init_strides=(0, 2, 1), signature=signature)
+            init_of=5, init_strides=(0, 2, 1), signature=signature, lane_pairs=True)
     if any(c.block_b % 2 for c in plan.candidates):
-        return None  # a lane pair must share a program
+        return None  # a lane pair must share a program (forced settings only)
     gamma_lmbda = gamma_value * lmbda
     plan(ins, outs, (gamma_value, lmbda, gamma_lmbda, inv - 1.0, inv))
     return outs[:2]

@@ -109,7 +109,7 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
         if result is not None:
             adv, ret = result
             if whiten:
-                adv = apply_whitening(adv, stats.sum(dim=1))
+                adv = apply_whitening(adv, stats)
             return GAEOutput(*call.finish((adv, ret)))
     result = _skip.run_on_next_kept_values(call, MASKED, values, bootstrap_value, terminated, mask, g, lam, exact, out)
     if whiten:
