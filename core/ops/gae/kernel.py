@@ -109,6 +109,8 @@ def emit_lanes(outs, s, scalars, A, A_in, keep, tile, T):
         counted = inside & (kept != 0)
         a = tl.where(counted, adv, 0)
         slot = (tl.program_id(0) + 7 * tl.program_id(1)) % STAT_SLOTS
-        tl.atomic_add(STATS + slot, tl.sum(counted.to(tl.float64)))
-        tl.atomic_add(STATS + STAT_SLOTS + slot, tl.sum(a).to(tl.float64))
-        tl.atomic_add(STATS + 2 * STAT_SLOTS + slot, tl.sum(a * a).to(tl.float64))
+        # relaxed: only the next kernel reads the sums, so no fence is needed (acq_rel, the
+        # default, fenced each addition); the count is summed as an integer, exactly
+        tl.atomic_add(STATS + slot, tl.sum(counted.to(tl.int32)).to(tl.float64), sem="relaxed")
+        tl.atomic_add(STATS + STAT_SLOTS + slot, tl.sum(a).to(tl.float64), sem="relaxed")
+        tl.atomic_add(STATS + 2 * STAT_SLOTS + slot, tl.sum(a * a).to(tl.float64), sem="relaxed")
