@@ -80,26 +80,21 @@ def apply_whitening(x: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
     """``masked_whiten`` from sums gathered elsewhere (the Triton path, where a scan gathered
     them): ``sums = [3, P]`` float64 partial counts, sums and sums of squares over the kept
     positions of ``x``, which is whitened in place."""
-    stats = None
-    try:
-        from ._triton import whiten as kernels
+    if x.is_contiguous():
+        try:
+            from ._triton import whiten as kernels
 
-        stats = kernels.statistics(sums, 1e-8, centred=False)
-        if x.is_contiguous():
-            kernels.apply_stats(x, stats, out=x)
-            _check_count(stats[2])
+            kernels.apply_sums(x, sums, 1e-8)
+            _check_count(sums[0])
             return x
-    except Exception as error:  # a compiler or launcher failure: the torch form is as correct
-        _warn_once(error)
-        stats = None
-    if stats is None:
-        n, s, q = sums.sum(dim=1)
-        mean = s / n
-        var = (q - n * mean * mean).clamp(min=0) / (n - 1)
-        stats = torch.stack([mean, torch.rsqrt(var + 1e-8), n])
-    mean, scale = stats[:2].to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-    x.copy_((x - mean) * scale)  # any strides
-    _check_count(stats[2])
+        except Exception as error:  # a compiler or launcher failure: the torch form is as correct
+            _warn_once(error)
+    n, s, q = sums.sum(dim=1)
+    mean = s / n
+    var = (q - n * mean * mean).clamp(min=0) / (n - 1)
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    x.copy_((x - mean.to(compute)) * torch.rsqrt(var + 1e-8).to(compute))  # any strides
+    _check_count(sums[0])
     return x
 
 
@@ -111,9 +106,9 @@ def _warn_once(error: Exception) -> None:
 
 
 def _check_count(n) -> None:
-    """verl's check (a synchronisation, for a count on the GPU; made after the launches, so
-    that the device is not kept waiting)."""
-    n = int(n)
+    """verl's check, of a count or of partial counts (a synchronisation, for counts on the
+    GPU: made after the launches, so that the device is not kept waiting)."""
+    n = int(n.sum()) if isinstance(n, torch.Tensor) and n.dim() else int(n)
     if n < 2:
         raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {n}")
 

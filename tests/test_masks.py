@@ -326,8 +326,8 @@ def test_masked_whiten_matches_float64(path):
 
 def test_whitening_kernels_run_and_merge_many_parts(triton_path_only):
     """The Triton whitening runs without falling back (a warning here is an error), for
-    masked_whiten and GAE's gathered sums; its merge of partial sums, over more parts than
-    one block of the merging program holds, equals float64 arithmetic."""
+    masked_whiten and GAE's gathered sums; its merge of block statistics, over more blocks
+    than one block of the merging program holds, equals float64 arithmetic."""
     from rlscan._triton import whiten as kernels
 
     g = torch.Generator().manual_seed(3)
@@ -349,11 +349,31 @@ def test_whitening_kernels_run_and_merge_many_parts(triton_path_only):
     s = torch.randn(P, generator=g, dtype=torch.float64) * n + 3 * n
     q = torch.rand(P, generator=g, dtype=torch.float64) * n
     mean = s.sum() / n.sum()
-    for centred in (True, False):  # q about each part's mean, or a plain sum of squares
-        m2 = (q + n * (s / n.clamp(min=1) - mean) ** 2).sum() if centred else q.sum() - n.sum() * mean ** 2
-        scale = torch.rsqrt(m2.clamp(min=0) / (n.sum() - 1) + 1e-8)
-        stats = kernels.statistics(torch.stack([n, s, q]).to(triton_path_only), 1e-8, centred=centred)
-        torch.testing.assert_close(stats.cpu(), torch.stack([mean, scale, n.sum()]), rtol=1e-12, atol=0)
+    m2 = (q + n * (s / n.clamp(min=1) - mean) ** 2).sum()  # q about each block's mean
+    stats = kernels.statistics(torch.stack([n, s, q]).to(triton_path_only), 1e-8)
+    want = torch.stack([mean, torch.rsqrt(m2 / (n.sum() - 1) + 1e-8), n.sum()])
+    torch.testing.assert_close(stats.cpu(), want, rtol=1e-12, atol=0)
+
+
+def test_whitening_kernel_failure_falls_back(triton_path_only, monkeypatch):
+    """A Triton failure in the whitening warns once and gives the torch form's result."""
+    import rlscan.whiten
+    from rlscan._triton import whiten as kernels
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a compiler failure")
+
+    monkeypatch.setattr(rlscan.whiten, "_warned", [])
+    monkeypatch.setattr(kernels, "apply_sums", broken)
+    monkeypatch.setattr(kernels, "masked_whiten", broken)
+    args, kwargs = _problem("gae", B=3, T=T, device=triton_path_only)
+    with pytest.warns(UserWarning, match="the Triton kernels failed"):
+        adv, _ = rlscan.gae(*args, **kwargs, whiten=True)
+    want = verl_loops.masked_whiten(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
+    torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
+    x, m = args[0], kwargs["mask"]
+    torch.testing.assert_close(rlscan.masked_whiten(x, m, zero_skipped=True).cpu().double(),
+                               verl_loops.masked_whiten(x.cpu().double(), m.cpu()) * (m.cpu() != 0), rtol=1e-5, atol=1e-5)
 
 
 def test_masked_whiten_errors():

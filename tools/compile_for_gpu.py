@@ -239,19 +239,16 @@ def run_masked(compiler, size: str) -> None:
     from rlscan._triton import whiten as W
 
     x, m, stats = torch.empty(5000), torch.ones(5000, dtype=torch.uint8), torch.zeros(3, dtype=torch.float64)
+    sums = torch.zeros(3, 64, dtype=torch.float64)  # GAE's one pass gathers these
     for dtype, acc in ((torch.float32, tl.float32), (torch.bfloat16, tl.float32), (torch.float64, tl.float64)):
         xs = x.to(dtype)
         parts = torch.empty(9, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
         compiler.case, compiler.cfg = f"masked_whiten {dtype}", None
         compiler.compile(W.block_stats, (2,), (xs, m, parts, 5000, 3), dict(BLOCK=W.BLOCK, ACC=acc, num_warps=8))
-        compiler.compile(W.finish, (1,), (parts, stats, 3, L.split(1e-8)),
-                         dict(CENTRED=True, BLOCK=W.FINISH_BLOCK, num_warps=4))
-        for times_mask in (False, True):
-            compiler.compile(W.apply, (2,), (xs, xs, stats, m, 5000),
-                             dict(SHIFT=True, TIMES_MASK=times_mask, BLOCK=W.BLOCK, ACC=acc, num_warps=8))
-    compiler.case = "GAE's gathered sums"  # the one pass's float64 slots, merged as plain sums
-    compiler.compile(W.finish, (1,), (torch.empty(3, 64, dtype=torch.float64), stats, 64, L.split(1e-8)),
-                     dict(CENTRED=False, BLOCK=W.FINISH_BLOCK, num_warps=4))
+        compiler.compile(W.finish, (1,), (parts, stats, 3, L.split(1e-8)), dict(BLOCK=W.FINISH_BLOCK, num_warps=4))
+        for times_mask, slots, st in ((False, 0, stats), (True, 0, stats), (False, 64, sums)):
+            compiler.compile(W.apply, (2,), (xs, xs, st, m, 5000, L.split(1e-8)),
+                             dict(SHIFT=True, TIMES_MASK=times_mask, SLOTS=slots, BLOCK=W.BLOCK, ACC=acc, num_warps=8))
 
 
 GROUPS = ("forward", "dtypes", "backward", "exact", "deterministic", "forced", "wide", "masked")

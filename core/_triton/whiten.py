@@ -3,10 +3,10 @@
 ``block_stats`` reduces each block of ``BLOCK`` positions to the count, the sum and the
 centred sum of squares of its kept positions (the block's own mean, in registers, so
 that no large sums of squares cancel). ``finish``, one program, merges the blocks in
-float64 with Chan et al.'s formula ``M2 = Σ M2_b + Σ n_b (μ_b − μ)²`` (or, from a scan
-that gathered raw sums, ``M2 = Σ q − n μ²``) and writes ``(μ, rsqrt(M2 / (n − 1) + eps),
-n)``. ``apply`` writes ``(x − μ) · s`` (``+ μ``), times the mask where asked. The
-statistics never leave the device: three launches, whatever the size.
+float64 with Chan et al.'s formula ``M2 = Σ M2_b + Σ n_b (μ_b − μ)²`` and writes
+``(μ, rsqrt(M2 / (n − 1) + eps), n)``. ``apply`` writes ``(x − μ) · s`` (``+ μ``), times
+the mask where asked; from a scan's gathered sums (``SLOTS`` slots of ``n, Σ x, Σ x²``) it
+computes ``μ`` and ``s`` itself, ``M2 = Σ x² − n μ²``. The statistics never leave the device.
 """
 import torch
 import triton
@@ -36,9 +36,9 @@ def block_stats(X, M, PARTS, N, P, BLOCK: tl.constexpr, ACC: tl.constexpr):
 
 
 @triton.jit
-def finish(PARTS, STATS, P, eps_parts, CENTRED: tl.constexpr, BLOCK: tl.constexpr):
-    """``PARTS = [3, P]``: per part the count, the sum and (``CENTRED``) the sum of squares
-    about the part's mean, or the plain sum of squares; ``STATS = (μ, scale, n)``, float64."""
+def finish(PARTS, STATS, P, eps_parts, BLOCK: tl.constexpr):
+    """``PARTS = [3, P]``: per block the count, the sum and the sum of squares about the
+    block's mean; ``STATS = (μ, scale, n)``, float64."""
     n_acc = tl.zeros((BLOCK,), tl.float64)
     s_acc = tl.zeros((BLOCK,), tl.float64)
     for start in range(0, P, BLOCK):
@@ -52,29 +52,32 @@ def finish(PARTS, STATS, P, eps_parts, CENTRED: tl.constexpr, BLOCK: tl.constexp
     for start in range(0, P, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         inside = offs < P
-        q = tl.load(PARTS + 2 * P + offs, mask=inside, other=0).to(tl.float64)
-        if CENTRED:
-            n_b = tl.load(PARTS + offs, mask=inside, other=0).to(tl.float64)
-            s_b = tl.load(PARTS + P + offs, mask=inside, other=0).to(tl.float64)
-            d = s_b / tl.maximum(n_b, 1) - mean
-            q = q + tl.where(n_b > 0, n_b * d * d, 0)
-        m2_acc += q
-    m2 = tl.sum(m2_acc)
-    if not CENTRED:
-        m2 = tl.maximum(m2 - n * mean * mean, 0)
+        n_b = tl.load(PARTS + offs, mask=inside, other=0).to(tl.float64)
+        s_b = tl.load(PARTS + P + offs, mask=inside, other=0).to(tl.float64)
+        d = s_b / tl.maximum(n_b, 1) - mean
+        m2_acc += tl.load(PARTS + 2 * P + offs, mask=inside, other=0).to(tl.float64) + tl.where(n_b > 0, n_b * d * d, 0)
     tl.store(STATS, mean)
-    tl.store(STATS + 1, 1 / tl.sqrt(m2 / (n - 1) + scalar(eps_parts, tl.float64)))
+    tl.store(STATS + 1, 1 / tl.sqrt(tl.sum(m2_acc) / (n - 1) + scalar(eps_parts, tl.float64)))
     tl.store(STATS + 2, n)
 
 
 @triton.jit
-def apply(X, OUT, STATS, M, N, SHIFT: tl.constexpr, TIMES_MASK: tl.constexpr, BLOCK: tl.constexpr,
-          ACC: tl.constexpr):
+def apply(X, OUT, STATS, M, N, eps_parts, SHIFT: tl.constexpr, TIMES_MASK: tl.constexpr, SLOTS: tl.constexpr,
+          BLOCK: tl.constexpr, ACC: tl.constexpr):
+    """``STATS``: ``(μ, scale)``, or with ``SLOTS`` the ``[3, SLOTS]`` float64 sums a scan gathered."""
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < N
-    mean = tl.load(STATS).to(ACC)
-    scale = tl.load(STATS + 1).to(ACC)
+    if SLOTS:  # a few hundred bytes, read from L2 by every program: no launch in between
+        i = tl.arange(0, SLOTS)
+        n = tl.sum(tl.load(STATS + i))
+        mean64 = tl.sum(tl.load(STATS + SLOTS + i)) / n
+        m2 = tl.maximum(tl.sum(tl.load(STATS + 2 * SLOTS + i)) - n * mean64 * mean64, 0)
+        mean = mean64.to(ACC)
+        scale = (1 / tl.sqrt(m2 / (n - 1) + scalar(eps_parts, tl.float64))).to(ACC)
+    else:
+        mean = tl.load(STATS).to(ACC)
+        scale = tl.load(STATS + 1).to(ACC)
     y = (tl.load(X + offs, mask=inside, other=0).to(ACC) - mean) * scale
     if not SHIFT:
         y = y + mean
@@ -87,10 +90,10 @@ def _acc(x: torch.Tensor):
     return tl.float64 if x.dtype == torch.float64 else tl.float32
 
 
-def statistics(parts: torch.Tensor, eps: float, centred: bool) -> torch.Tensor:
-    """``(μ, scale, n)`` (float64, on the device) from ``[3, P]`` partial sums (:func:`finish`)."""
+def statistics(parts: torch.Tensor, eps: float) -> torch.Tensor:
+    """``(μ, scale, n)`` (float64, on the device) from ``[3, P]`` block statistics (:func:`finish`)."""
     stats = torch.empty(3, device=parts.device, dtype=torch.float64)
-    finish[(1,)](parts, stats, parts.shape[1], split(float(eps)), CENTRED=centred, BLOCK=FINISH_BLOCK, num_warps=4)
+    finish[(1,)](parts, stats, parts.shape[1], split(float(eps)), BLOCK=FINISH_BLOCK, num_warps=4)
     return stats
 
 
@@ -104,20 +107,19 @@ def masked_whiten(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float
         m = m.view(torch.uint8)
     parts = torch.empty(3, P, device=x.device, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
     block_stats[(P,)](x, m, parts, N, P, BLOCK=BLOCK, ACC=_acc(x), num_warps=8)
-    stats = statistics(parts, eps, centred=True)
-    out = apply_stats(x, stats, shift_mean, mask=m if times_mask else None)
+    stats = statistics(parts, eps)
+    out = torch.empty_like(x)
+    _apply(x, out, stats, 0, eps, shift_mean, m if times_mask else None)
     check_count(stats[2])
     return out
 
 
-def apply_stats(x: torch.Tensor, stats: torch.Tensor, shift_mean: bool = True, mask=None, out=None) -> torch.Tensor:
-    """``(x − μ) · s`` (``+ μ``; ``· (mask ≠ 0)`` with ``mask``) for a contiguous ``x``,
-    ``stats = (μ, s, ...)`` on its device; into ``out`` (which may be ``x``) if given."""
+def apply_sums(x: torch.Tensor, sums: torch.Tensor, eps: float) -> None:
+    """``x`` (contiguous) whitened in place from the ``[3, SLOTS]`` float64 sums a scan gathered."""
+    _apply(x, x, sums, sums.shape[1], eps, True, None)
+
+
+def _apply(x, out, stats, slots: int, eps: float, shift_mean: bool, mask) -> None:
     N = x.numel()
-    if out is None:
-        out = torch.empty_like(x)
-    if mask is not None and mask.dtype == torch.bool:
-        mask = mask.view(torch.uint8)
-    apply[(triton.cdiv(N, BLOCK),)](x, out, stats, x if mask is None else mask, N, SHIFT=shift_mean,
-                                    TIMES_MASK=mask is not None, BLOCK=BLOCK, ACC=_acc(x), num_warps=8)
-    return out
+    apply[(triton.cdiv(N, BLOCK),)](x, out, stats, x if mask is None else mask, N, split(float(eps)), SHIFT=shift_mean,
+                                    TIMES_MASK=mask is not None, SLOTS=slots, BLOCK=BLOCK, ACC=_acc(x), num_warps=8)
