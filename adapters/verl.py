@@ -21,7 +21,9 @@ response mask, 0 after EOS and over observation tokens of multi-turn rollouts):
   This is ``rlscan.gae(..., mask=response_mask, whiten=True)``: on the GPU one scan
   over the inputs that also gathers the whitening's sums, then one pass that whitens.
 * REINFORCE++: ``G_t = r_t + γ m_{t+1} G_{t+1}`` (the running return is reset after
-  EOS), the returns unwhitened, ``advantages = masked_whiten(G) · m``. This is
+  EOS), the returns unwhitened, ``advantages = masked_whiten(G) · m``. On the GPU this
+  is one scan that also gathers the whitening's sums, then one pass that whitens
+  (``rlscan.ops.discounted_returns.cut_after_skips``); elsewhere it is
   ``rlscan.discounted_returns`` with the trace cut where the next token is masked.
 
 See docs/adapters/verl.md.
@@ -34,6 +36,7 @@ import numbers
 import torch
 
 import rlscan
+from rlscan.ops.discounted_returns import cut_after_skips
 
 __all__ = ["compute_gae_advantage_return", "compute_reinforce_plus_plus_outcome_advantage", "patch", "unpatch"]
 
@@ -66,6 +69,10 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     _check_tokens(token_level_rewards, response_mask)
     gamma = _coef("config.gamma", config["gamma"] if isinstance(config, dict) else config.gamma)
     with torch.no_grad():
+        fused = cut_after_skips.returns_and_advantages(token_level_rewards, response_mask, gamma)
+        if fused is not None:
+            advantages, returns = fused
+            return advantages.to(torch.result_type(returns, response_mask)), returns
         # the running return is multiplied by m_t after step t: the trace into step t-1 is cut where m_t = 0
         cut = torch.empty(response_mask.shape, dtype=torch.bool, device=response_mask.device)
         torch.eq(response_mask[..., 1:], 0, out=cut[..., :-1])

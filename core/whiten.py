@@ -76,26 +76,28 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
     return out.numpy() if numpy_io else out
 
 
-def apply_whitening(x: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+def apply_whitening(x: torch.Tensor, sums: torch.Tensor, mask=None, out=None) -> torch.Tensor:
     """``masked_whiten`` from sums gathered elsewhere (the Triton path, where a scan gathered
     them): ``sums = [3, P]`` float64 partial counts, sums and sums of squares over the kept
-    positions of ``x``, which is whitened in place."""
-    if x.is_contiguous():
+    positions of ``x``. Into ``out`` (default: ``x`` itself); with ``mask``, 0 where it is 0."""
+    out = x if out is None else out
+    if x.is_contiguous() and out.is_contiguous() and (mask is None or mask.is_contiguous()):
         try:
             from ._triton import whiten as kernels
 
-            kernels.apply_sums(x, sums, 1e-8)
+            kernels.apply_sums(x, sums, 1e-8, out=out, mask=mask)
             _check_count(sums[0])
-            return x
+            return out
         except Exception as error:  # a compiler or launcher failure: the torch form is as correct
             _warn_once(error)
     n, s, q = sums.sum(dim=1)
     mean = s / n
     var = (q - n * mean * mean).clamp(min=0) / (n - 1)
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    x.copy_((x - mean.to(compute)) * torch.rsqrt(var + 1e-8).to(compute))  # any strides
+    y = (x - mean.to(compute)) * torch.rsqrt(var + 1e-8).to(compute)
+    out.copy_(y if mask is None else torch.where(mask != 0, y, 0))  # any strides
     _check_count(sums[0])
-    return x
+    return out
 
 
 def _warn_once(error: Exception) -> None:

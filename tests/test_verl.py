@@ -79,9 +79,14 @@ class _Config:
 
 @pytest.mark.parametrize("config", [_Config(), {"gamma": 0.97}])
 @pytest.mark.parametrize("mask_dtype", [torch.long, torch.bool, torch.float64])
-def test_reinforce_plus_plus_matches_verl_loop(path, config, mask_dtype):
+def test_reinforce_plus_plus_matches_verl_loop(path, config, mask_dtype, monkeypatch):
     """Values and dtypes: verl's advantages are ``whitened · mask``, so a float64 mask makes
-    them float64."""
+    them float64. On the Triton path the returns and the whitening's sums come from one scan."""
+    from rlscan.ops.discounted_returns import cut_after_skips
+
+    scans = []
+    scan = cut_after_skips._scan
+    monkeypatch.setattr(cut_after_skips, "_scan", lambda *a: scans.append(scan(*a)) or scans[-1])
     r, _, m = _batch(seed=4, device=path.device)
     m = m.to(mask_dtype)
     got = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, config, index=None)
@@ -89,6 +94,27 @@ def test_reinforce_plus_plus_matches_verl_loop(path, config, mask_dtype):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)
+    assert len(scans) == (path.device.type != "cpu" or rlscan.get_backend() == "triton")
+
+
+def test_reinforce_plus_plus_one_pass_failure_falls_back(monkeypatch):
+    """A failing one-pass kernel warns once; the return and the whitening then run apart."""
+    from rlscan.ops.discounted_returns import cut_after_skips
+
+    def broken(*args):
+        raise RuntimeError("a compiler failure")
+
+    monkeypatch.setattr(cut_after_skips, "_scan", broken)
+    monkeypatch.setattr(cut_after_skips, "_failed", [])
+    r, _, m = _batch(seed=6)
+    want = verl_loops.reinforce_plus_plus(r, m, 0.97)
+    with rlscan.use_backend("triton"):
+        with pytest.warns(UserWarning, match="one-pass kernel failed"):
+            got = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, _Config())
+        again = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, _Config())  # warned once
+    for a, b, w in zip(got, again, want):
+        torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b, w, rtol=1e-5, atol=1e-5)
 
 
 def test_reinforce_plus_plus_returns_bit_for_bit():

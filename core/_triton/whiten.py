@@ -18,6 +18,27 @@ from .primitives import scalar
 BLOCK = 4096
 FINISH_BLOCK = 1024
 
+# a scan's sums are spread over this many slots (chosen by program), so that the atomic
+# additions of many programs do not queue on one address
+SUM_SLOTS = tl.constexpr(64)
+
+
+def new_sums(device) -> torch.Tensor:
+    """Zeroed slots for the sums a scan gathers, ``[3, SUM_SLOTS]``: count, sum, sum of squares."""
+    return torch.zeros(3, SUM_SLOTS.value, dtype=torch.float64, device=device)
+
+
+@triton.jit
+def add_sums(SUMS, counted, x):
+    """Add the count, the sum and the sum of squares of ``x`` where ``counted`` to one of the
+    program's slots of ``SUMS``: relaxed atomics, since only a later kernel reads them (the
+    default, acq_rel, fenced each addition); the count is summed as an integer, exactly."""
+    a = tl.where(counted, x, 0)
+    slot = (tl.program_id(0) + 7 * tl.program_id(1)) % SUM_SLOTS
+    tl.atomic_add(SUMS + slot, tl.sum(counted.to(tl.int32)).to(tl.float64), sem="relaxed")
+    tl.atomic_add(SUMS + SUM_SLOTS + slot, tl.sum(a).to(tl.float64), sem="relaxed")
+    tl.atomic_add(SUMS + 2 * SUM_SLOTS + slot, tl.sum(a * a).to(tl.float64), sem="relaxed")
+
 
 @triton.jit
 def block_stats(X, M, PARTS, N, P, BLOCK: tl.constexpr, ACC: tl.constexpr):
@@ -114,9 +135,12 @@ def masked_whiten(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float
     return out
 
 
-def apply_sums(x: torch.Tensor, sums: torch.Tensor, eps: float) -> None:
-    """``x`` (contiguous) whitened in place from the ``[3, SLOTS]`` float64 sums a scan gathered."""
-    _apply(x, x, sums, sums.shape[1], eps, True, None)
+def apply_sums(x: torch.Tensor, sums: torch.Tensor, eps: float, out: torch.Tensor, mask=None) -> None:
+    """``x`` (contiguous) whitened into ``out`` (which may be ``x``) from the ``[3, SLOTS]``
+    float64 sums a scan gathered; with ``mask``, 0 where it is 0."""
+    if mask is not None and mask.dtype == torch.bool:
+        mask = mask.view(torch.uint8)
+    _apply(x, out, sums, sums.shape[1], eps, True, mask)
 
 
 def _apply(x, out, stats, slots: int, eps: float, shift_mean: bool, mask) -> None:

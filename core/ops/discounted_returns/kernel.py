@@ -2,7 +2,8 @@
 import triton
 import triton.language as tl
 
-from ..._triton.primitives import load, load_coef, load_flag, store, value_after
+from ..._triton.primitives import load, load_coef, load_flag, scalar, store, value_after
+from ..._triton.whiten import add_sums
 
 
 @triton.jit
@@ -36,3 +37,22 @@ def coeffs_masked(ins, s, scalars, tile, T, ACC: tl.constexpr):
     nu = (~load_flag(TERM, s[2], tile, 0, T)).to(ACC)
     gamma = load_coef(GAMMA, s[4], tile, scalars[0], 0, T, ACC)
     return tl.where(kept, r, 0), tl.where(kept, gamma * nu, 1), (r,)
+
+
+@triton.jit
+def coeffs_cut_after_skips(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    """The return cut after every skipped step (REINFORCE++'s, ``cut_after_skips``):
+    ``α_t = r_t``, ``β_t = γ m_{t+1}`` (0 past the end)."""
+    R, MASK = ins
+    r = load(R, s[0], tile, ACC)
+    kept_next = load_flag(MASK, s[1], tile, 1, T)
+    return r, tl.where(kept_next, scalar(scalars[0], ACC), 0), (load_flag(MASK, s[1], tile, 0, T),)
+
+
+@triton.jit
+def emit_with_sums(outs, s, scalars, A, A_in, keep, tile, T):
+    """``G = A``, and the count, sum and sum of squares of ``G`` where ``m_t = 1`` added to ``SUMS``."""
+    OUT, SUMS = outs
+    (kept,) = keep
+    store(OUT, s, tile, A)
+    add_sums(SUMS, tile[3] & kept, A)

@@ -3,6 +3,7 @@ import triton
 import triton.language as tl
 
 from ..._triton.primitives import load, load_coef, load_flag, scalar, step_terms, store, value_after
+from ..._triton.whiten import add_sums
 
 
 @triton.jit
@@ -56,11 +57,6 @@ def coeffs_masked(ins, s, scalars, tile, T, ACC: tl.constexpr):
 # (a lane stride of 0). Lane 0 scans ``E = Â + W/λ``, lane 1 the next kept value ``W``;
 # the emit step splits the pairs and writes ``Â = E − W/λ``.
 
-# the whitening's sums are spread over this many slots (chosen by program), so that the
-# atomic additions of many programs do not queue on one address
-STAT_SLOTS = tl.constexpr(64)
-
-
 @triton.jit
 def coeffs_lanes(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """Lane 0: ``α = m (r + (1/λ − 1) V)``, ``β = m γλν + 1 − m``; lane 1: ``α = m V``, ``β = 1 − m``."""
@@ -90,8 +86,8 @@ def _lane_pairs(x):
 
 @triton.jit
 def emit_lanes(outs, s, scalars, A, A_in, keep, tile, T):
-    """``advantages = E − W/λ``, ``returns = advantages + V``; with ``STATS`` (``[3, STAT_SLOTS]``
-    float64), the count, sum and sum of squares of the kept advantages added to one slot."""
+    """``advantages = E − W/λ``, ``returns = advantages + V``; with ``STATS`` (``[3, SUM_SLOTS]``
+    float64), the count, sum and sum of squares of the kept advantages added (``add_sums``)."""
     ADV, RET, STATS = outs
     v, kept = keep
     e, w = _lane_pairs(A)
@@ -106,11 +102,4 @@ def emit_lanes(outs, s, scalars, A, A_in, keep, tile, T):
     tl.store(ADV + off, adv, mask=inside)
     tl.store(RET + off, adv + v, mask=inside)
     if STATS is not None:
-        counted = inside & (kept != 0)
-        a = tl.where(counted, adv, 0)
-        slot = (tl.program_id(0) + 7 * tl.program_id(1)) % STAT_SLOTS
-        # relaxed: only the next kernel reads the sums, so no fence is needed (acq_rel, the
-        # default, fenced each addition); the count is summed as an integer, exactly
-        tl.atomic_add(STATS + slot, tl.sum(counted.to(tl.int32)).to(tl.float64), sem="relaxed")
-        tl.atomic_add(STATS + STAT_SLOTS + slot, tl.sum(a).to(tl.float64), sem="relaxed")
-        tl.atomic_add(STATS + 2 * STAT_SLOTS + slot, tl.sum(a * a).to(tl.float64), sem="relaxed")
+        add_sums(STATS, inside & (kept != 0), adv)

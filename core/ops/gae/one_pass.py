@@ -29,9 +29,9 @@ _failed: list = []
 
 def new_stats(device) -> torch.Tensor:
     """Zeroed slots for the whitening's sums, ``[3, slots]``: count, sum, sum of squares."""
-    from .kernel import STAT_SLOTS
+    from ..._triton.whiten import new_sums
 
-    return torch.zeros(3, STAT_SLOTS.value, dtype=torch.float64, device=device)
+    return new_sums(device)
 
 
 def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: float, stats: Optional[torch.Tensor]):
