@@ -56,6 +56,7 @@ from triton.runtime.jit import create_function_from_signature  # noqa: E402
 import rlscan  # noqa: E402
 import rlscan._backend as _backend  # noqa: E402
 from rlscan._triton import launch as L  # noqa: E402
+from rlscan.ops.discounted_returns import cut_after_skips  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_cases import DTYPES, FUSED_BACKWARD, LAYOUTS, OPS, backward, make_case, setting_name  # noqa: E402
@@ -211,6 +212,7 @@ def masked_calls(N: int, T: int) -> dict:
         "td_lambda masked": lambda: rlscan.td_lambda(r, r, mask=mask, time_dim=1, bootstrap_value=boot,
                                                      terminated=term),
         "discounted_returns masked": lambda: rlscan.discounted_returns(r, mask=mask, time_dim=1, terminated=term),
+        "reinforce++ one pass": lambda: cut_after_skips.returns_and_advantages(r, mask.long(), 0.99),
     }
 
 
@@ -231,9 +233,10 @@ def run_masked(compiler, size: str) -> None:
                 call()
             except Exception as exc:  # noqa: BLE001 - a call that fails before compiling
                 compiler.failures.append(f"{compiler.case}: {type(exc).__name__}: {str(exc)[:300]}")
-            if one_pass._failed:  # the one pass falls back to two scans on failure: a failure here
-                compiler.failures.append(f"{compiler.case}: one pass: {one_pass._failed[-1]}"[:400])
-                one_pass._failed.clear()
+            for failed in (one_pass._failed, cut_after_skips._failed):  # one passes fall back on failure
+                if failed:
+                    compiler.failures.append(f"{compiler.case}: one pass: {failed[-1]}"[:400])
+                    failed.clear()
     import triton.language as tl
 
     from rlscan._triton import whiten as W
@@ -333,7 +336,7 @@ def as_on_gpu(compiler: Compiler):
         compiler.compile(table.table_prologue_kernel, plan.grid[:1], args, dict(plan.constexprs, num_warps=4))
 
     table.TablePlan._launch = compile_prologue
-    rlscan.whiten.apply_whitening = lambda x, sums: x  # launches directly; run_masked compiles it
+    rlscan.whiten.apply_whitening = lambda x, sums, **kw: x  # launches directly; run_masked compiles it
     try:
         yield
     finally:

@@ -12,7 +12,7 @@ observation spans):
    for GAE's two-scan path (the next kept values, then GAE, then masked_whiten), and for
    REINFORCE++;
 4. the bandwidth floor: each input read once and each output written once, at the
-   device's copy bandwidth (``rlscan.bench.floors``).
+   device's copy bandwidth (``rlscan.bench.floors``), for the device time.
 
 When to run it: on a CUDA GPU, after changing the masked (step-skip) kernels, the
 whitening or the verl adapter, to refresh the verl table of the benchmarks page; ``--dry``
@@ -170,8 +170,8 @@ def main():
         rpp_wall = wall(rpp_fn, 20)
         rpp_dev, _ = device(rpp_fn)
         moved = n * (r.element_size() + v.element_size() + m.element_size() + 2 * 4)
-        floor = bw.of(moved)
-        rpp_floor = bw.of(n * (r.element_size() + m.element_size() + 2 * 4))
+        floor = moved / bw.bandwidth  # device time against the bytes alone (bw.of adds the host's launch floor)
+        rpp_floor = n * (r.element_size() + m.element_size() + 2 * 4) / bw.bandwidth
         rows.append(dict(shape=f"{B}x{T}", estimator="gae", ok=ok, errors=errs, loop_s=loop_s, wall_s=gae_wall,
                          device_s=gae_dev, gae_only_device_s=only_dev, two_scans_device_s=scans_dev, floor_s=floor,
                          moved_bytes=moved, method=method))
