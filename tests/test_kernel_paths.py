@@ -173,8 +173,19 @@ def test_gpu_heuristic_by_shape():
             assert [(c.kind, c.block_b, c.num_warps, c.block_t, c.n_chunks) for c in row][-1] == ("scan", 1, 8, 1024, 1)
             assert (row[0].block_t, len(row)) == ((T, 2) if 1024 < T <= 2048 else (1024, 1))
         assert _gpu_configs(T, N, True, 132, series=9)[0].block_b == 4  # backward kernels keep 4-row tiles
-    for N, T in ((131, 2048), (512, 512), (512, 8192), (4096, 4096)):
+    for N, T in ((131, 2048), (512, 512), (4096, 4096), (2048, 8192)):
         assert _gpu_configs(T, N, True, 132, series=5)[0].block_b == 4
+    # [N, T] rows past 4096 steps: 1024-step tiles chained in one pass (past 65536 steps only
+    # backward in time), else, and for float64, determinism or backward kernels, 4-row tiles
+    for N, T, reverse in ((64, 32768, True), (512, 8192, True), (1024, 4097, False), (16, 65536, False),
+                          (16, 262144, True)):
+        one_pass, tiles = _gpu_configs(T, N, True, 132, reverse, series=5)
+        assert (one_pass.kind, one_pass.block_b, one_pass.num_warps, one_pass.block_t, one_pass.lookback,
+                one_pass.link, one_pass.n_chunks) == ("chained_scan", 1, 4, 1024, 8, "words", math.ceil(T / 1024))
+        assert (tiles.kind, tiles.block_b, tiles.block_t) == ("scan", 4, 256)
+        for other in (dict(words=False), dict(deterministic=True), dict(series=9)):
+            assert _gpu_configs(T, N, True, 132, reverse, **{"series": 5, **other}) == (tiles,)
+    assert _gpu_configs(262144, 16, True, 132, False, series=5)[0].kind == "scan"
     for N, T in ((528, 2048), (4096, 1024)):  # rows enough for 4 programs per SM: whole rows in one tile
         light, *_ = _gpu_configs(T, N, True, 132, series=5)
         heavy, tiles, *_ = _gpu_configs(T, N, True, 132, series=6)
