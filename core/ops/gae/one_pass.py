@@ -27,13 +27,6 @@ LAMBDA_MIN = 0.5
 _failed: list = []
 
 
-def new_stats(device) -> torch.Tensor:
-    """Zeroed slots for the whitening's sums, ``[3, slots]``: count, sum, sum of squares."""
-    from ..._triton.whiten import new_sums
-
-    return new_sums(device)
-
-
 def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: float, stats: Optional[torch.Tensor]):
     """``(advantages, returns)`` of the masked GAE, or ``None`` where this path does not apply."""
     if _failed or not lmbda >= LAMBDA_MIN:

@@ -101,9 +101,10 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     if (not exact and out is None and lam.tensor is None and not needs_grad and not torch.compiler.is_compiling()
             and call.path() == "triton" and 0 not in call.shape):
+        from ..._triton.whiten import new_sums
         from . import one_pass
 
-        stats = one_pass.new_stats(call.device) if whiten else None
+        stats = new_sums(call.device) if whiten else None
         result = one_pass.advantages(call, call.anchor, values, bootstrap_value, terminated, mask, g.value, g.tensor,
                                      lam.value, stats)
         if result is not None:
