@@ -72,15 +72,14 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
         fused = cut_after_skips.returns_and_advantages(token_level_rewards, response_mask, gamma)
         if fused is not None:
             advantages, returns = fused
-            return advantages.to(torch.result_type(returns, response_mask)), returns
-        # the running return is multiplied by m_t after step t: the trace into step t-1 is cut where m_t = 0
-        cut = torch.empty(response_mask.shape, dtype=torch.bool, device=response_mask.device)
-        torch.eq(response_mask[..., 1:], 0, out=cut[..., :-1])
-        cut[..., -1] = False
-        returns = rlscan.discounted_returns(token_level_rewards, terminated=cut, gamma=gamma, time_dim=-1)
-        advantages = rlscan.masked_whiten(returns, response_mask, zero_skipped=True)
-        advantages = advantages.to(torch.result_type(returns, response_mask))  # verl's product promotes
-    return advantages, returns
+        else:
+            # the running return is multiplied by m_t after step t: the trace into step t-1 is cut where m_t = 0
+            cut = torch.empty(response_mask.shape, dtype=torch.bool, device=response_mask.device)
+            torch.eq(response_mask[..., 1:], 0, out=cut[..., :-1])
+            cut[..., -1] = False
+            returns = rlscan.discounted_returns(token_level_rewards, terminated=cut, gamma=gamma, time_dim=-1)
+            advantages = rlscan.masked_whiten(returns, response_mask, zero_skipped=True)
+    return advantages.to(torch.result_type(returns, response_mask)), returns  # verl's product promotes
 
 
 def _check_tokens(rewards, mask, values=None) -> None:
