@@ -1,4 +1,6 @@
 """The episodic prefix sum as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
+import numpy as np
+
 from ..._cpu import njit, prange
 
 
@@ -6,6 +8,7 @@ from ..._cpu import njit, prange
 def cumsum_loop(x, dones, init, one, out):
     T, Bh, Bl = x.shape
     zero = one - one
+    carry = np.empty((Bh, Bl), x.dtype)  # S_{t-1} (see _cpu)
     for i in prange(Bh):
         for t in range(T):
             for j in range(Bl):
@@ -15,12 +18,13 @@ def cumsum_loop(x, dones, init, one, out):
                         prev = init[0, i, j]
                     beta = one
                 else:
-                    prev = out[t - 1, i, j]
+                    prev = carry[i, j]
                     ended = False
                     if dones is not None:
                         ended = dones[t - 1, i, j] != 0
                     beta = zero if ended else one
-                out[t, i, j] = x[t, i, j] + beta * prev
+                carry[i, j] = x[t, i, j] + beta * prev
+                out[t, i, j] = carry[i, j]
 
 
 def run(layout, arrays, scalars, outs, dtype):

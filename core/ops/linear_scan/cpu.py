@@ -1,5 +1,7 @@
 """The linear scan and its adjoint as compiled CPU loops (a scalar ``β`` arrives as
 ``betas=None``; see gae/cpu.py)."""
+import numpy as np
+
 from ..._cpu import njit, prange
 
 
@@ -7,12 +9,13 @@ from ..._cpu import njit, prange
 def scan_loop(alpha, betas, beta, init, reverse, one, out):
     T, Bh, Bl = alpha.shape
     zero = one - one
+    carry = np.empty((Bh, Bl), alpha.dtype)  # A_{t-1}, for a forward scan (see _cpu)
     for i in prange(Bh):
         for k in range(T):
             t = T - 1 - k if reverse else k
             for j in range(Bl):
                 if k > 0:
-                    prev = out[t + 1, i, j] if reverse else out[t - 1, i, j]
+                    prev = out[t + 1, i, j] if reverse else carry[i, j]
                 else:
                     prev = zero
                     if init is not None:
@@ -20,7 +23,10 @@ def scan_loop(alpha, betas, beta, init, reverse, one, out):
                 b = beta
                 if betas is not None:
                     b = betas[t, i, j]
-                out[t, i, j] = alpha[t, i, j] + b * prev
+                a = alpha[t, i, j] + b * prev
+                if not reverse:
+                    carry[i, j] = a
+                out[t, i, j] = a
 
 
 @njit
@@ -30,6 +36,7 @@ def adjoint_loop(g, betas, beta, A, init, reverse, one, grad_alpha, grad_beta):
     T, Bh, Bl = g.shape
     zero = one - one
     shift = -1 if reverse else 1
+    carry = np.empty((Bh, Bl), g.dtype)  # Ā_{t-1}, where the adjoint runs forward (see _cpu)
     for i in prange(Bh):
         for k in range(T):
             t = k if reverse else T - 1 - k
@@ -39,7 +46,9 @@ def adjoint_loop(g, betas, beta, A, init, reverse, one, grad_alpha, grad_beta):
                     b = beta
                     if betas is not None:
                         b = betas[t + shift, i, j]
-                    acc = acc + b * grad_alpha[t + shift, i, j]
+                    acc = acc + b * (carry[i, j] if reverse else grad_alpha[t + shift, i, j])
+                if reverse:
+                    carry[i, j] = acc
                 grad_alpha[t, i, j] = acc
                 if grad_beta is not None:
                     p = t - shift

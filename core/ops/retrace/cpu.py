@@ -1,7 +1,7 @@
 """Retrace(λ) as a compiled CPU loop."""
 import numpy as np
 
-from ..._cpu import njit, prange, step_coefs
+from ..._cpu import exp, njit, prange, step_coefs
 
 
 @njit
@@ -48,8 +48,7 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
 def run(layout, arrays, scalars, outs, dtype):
     r, q, e, log_rho, ne, boot, term, trunc, g, lam = arrays
     gamma, lmbda, gamma_lmbda, c_clip = scalars
-    with np.errstate(over="ignore"):  # a huge log-ratio is an infinite ratio, as in the kernels
-        rhos = np.exp(log_rho)  # vectorised here: numba's scalar exp is the loop's slowest step
+    rhos = exp(log_rho)
     retrace_loop(r, q, e, rhos, ne, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda),
                  dtype(c_clip), dtype(1), *outs)
 

@@ -1,7 +1,7 @@
 """V-trace as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import njit, prange
+from ..._cpu import exp, njit, prange
 
 
 @njit
@@ -55,7 +55,6 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
 def run(layout, arrays, scalars, outs, dtype):
     r, v, log_rho, nv, boot, term, trunc, g, lam = arrays
     gamma, lmbda, rho_clip, c_clip, pg_rho_clip = scalars
-    with np.errstate(over="ignore"):  # a huge log-ratio is an infinite ratio, as in the kernels
-        rhos = np.exp(log_rho)  # vectorised here: numba's scalar exp is the loop's slowest step
+    rhos = exp(log_rho)
     vtrace_loop(r, v, rhos, nv, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda),
                 dtype(rho_clip), dtype(c_clip), dtype(pg_rho_clip), dtype(1), *outs)
