@@ -102,3 +102,53 @@ def test_a_replayed_loop_call_is_the_loop_on_the_new_arguments(op, layout):
         assert all(bitwise_equal(a, b) for a, b in zip(w, c))
     if op not in ("episodic_cumsum", "linear_scan"):  # the ops with a float γ: the replay did not keep the first γ
         assert not all(bitwise_equal(a, b) for a, b in zip(warm[0], warm[1]))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_a_remembered_view_follows_its_tensor(layout):
+    """Inputs passed again (a rollout buffer refilled in place) reuse the array made for them:
+    it sees the new values, and the same tensor with other memory (``.data`` swapped for
+    memory of the same layout) gets a view of that memory."""
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    problem = make_problem("gae", (11, 6), layout=layout, seed=4, terminated="random")
+    rewards = problem.args[0]
+
+    def check(got):
+        want = problem.reference()
+        np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5, atol=1e-5)
+
+    for scale in (1.0, -2.0, 3.0):  # two calls see it twice in a row, then the view is kept
+        rewards.mul_(scale)
+        check(_run_on_cpu(problem))
+    kept = [v for r in _call._CPU_RUNNERS.values() for views in r.views.values() for v in views[0]
+            if isinstance(v, _cpu._Remembered) and v.kept[2] is not None]
+    assert kept, "no input's view was remembered"
+    before = _run_on_cpu(problem)
+    other = torch.empty_strided(rewards.shape, rewards.stride()).copy_(rewards * 0.5)
+    rewards.data = other
+    after = _run_on_cpu(problem)
+    check(after)
+    assert not bitwise_equal(before[0], after[0])
+
+
+def test_a_remembered_view_keeps_no_memory_alive():
+    import gc
+    import weakref
+
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    memory = np.random.default_rng(0).normal(size=(9, 4)).astype(np.float32)
+    r = torch.from_numpy(memory)  # its storage holds the array: the array's life is the memory's
+    v, last = torch.randn(9, 4), torch.randn(4)
+    with rlscan.use_backend("cpu"):
+        for _ in range(3):
+            rlscan.gae(r, v, bootstrap_value=last)
+        dead = weakref.ref(memory)
+        del r, memory
+        gc.collect()
+        assert dead() is None
+        r2 = torch.randn(9, 4)  # may land where r was: it is read, not r's remembered view
+        got = rlscan.gae(r2, v, bootstrap_value=last)
+    want = rlscan.reference.gae(r2.double(), v.double(), bootstrap_value=last.double())
+    np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5, atol=1e-5)
