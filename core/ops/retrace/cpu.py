@@ -10,16 +10,18 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
     T, Bh, Bl = r.shape
     zero = one - one
     for i in prange(Bh):
-        for t in range(T - 1, -1, -1):
+        for k in range(T):  # ascending, as in gae_loop
+            t = T - 1 - k
+            last_step = k == 0
             for j in range(Bl):
                 if e_next is not None:
                     en = e_next[t, i, j]
                 else:  # nested, so numba prunes the bootstrap read when it is None
                     en = zero
                     if boot is not None:
-                        if t == T - 1:
+                        if last_step:
                             en = boot[0, i, j]
-                    if t < T - 1:
+                    if not last_step:
                         en = e[t + 1, i, j]
                 terminated = False
                 if term is not None:
@@ -28,9 +30,9 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
                 if trunc is not None:
                     ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
-                kappa = zero if (ended or t == T - 1) else one
+                kappa = zero if (ended or last_step) else one
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
-                if t < T - 1:
+                if not last_step:
                     c_ahead = min(rhos[t + 1, i, j], c_clip)
                     q_ahead = q[t + 1, i, j]
                     last = q_ret[t + 1, i, j]

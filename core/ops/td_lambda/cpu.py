@@ -7,17 +7,19 @@ def td_lambda_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda
     T, Bh, Bl = r.shape
     zero = one - one
     for i in prange(Bh):
-        for t in range(T - 1, -1, -1):
+        for k in range(T):  # ascending, as in gae_loop
+            t = T - 1 - k
+            last_step = k == 0
             for j in range(Bl):
                 if v_next is not None:
                     vn = v_next[t, i, j]
                 else:  # nested checks, so numba prunes whichever of v and boot is None
                     vn = zero
                     if boot is not None:
-                        if t == T - 1:
+                        if last_step:
                             vn = boot[0, i, j]
                     if v is not None:
-                        if t < T - 1:
+                        if not last_step:
                             vn = v[t + 1, i, j]
                 terminated = False
                 if term is not None:
@@ -26,10 +28,10 @@ def td_lambda_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda
                 if trunc is not None:
                     ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
-                kappa = zero if (ended or t == T - 1) else one
+                kappa = zero if (ended or last_step) else one
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 alpha = r[t, i, j] + g * nu * (one - lam * kappa) * vn
-                last = out[t + 1, i, j] if t < T - 1 else zero
+                last = out[t + 1, i, j] if not last_step else zero
                 out[t, i, j] = alpha + gl * kappa * last
 
 

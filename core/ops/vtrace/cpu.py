@@ -11,17 +11,19 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
     zero = one - one
     vs_minus_v = np.zeros_like(r[0])
     for i in prange(Bh):
-        for t in range(T - 1, -1, -1):
+        for k in range(T):  # ascending, as in gae_loop
+            t = T - 1 - k
+            last_step = k == 0
             for j in range(Bl):
                 if v_next is not None:
                     vn = v_next[t, i, j]
                 else:  # nested checks, so numba prunes whichever of v and boot is None
                     vn = zero
                     if boot is not None:
-                        if t == T - 1:
+                        if last_step:
                             vn = boot[0, i, j]
                     if v is not None:
-                        if t < T - 1:
+                        if not last_step:
                             vn = v[t + 1, i, j]
                 terminated = False
                 if term is not None:
@@ -30,7 +32,7 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
                 if trunc is not None:
                     ended = ended or trunc[t, i, j] != 0
                 nu = zero if terminated else one
-                inside = not (ended or t == T - 1)
+                inside = not (ended or last_step)
                 kappa = one if inside else zero
                 g = gamma
                 if gammas is not None:
@@ -42,7 +44,7 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
                 rho_bar = min(rho, rho_clip)
                 c = lam * min(rho, c_clip)
                 delta = rho_bar * (r[t, i, j] + g * vn * nu - v[t, i, j])
-                last = vs_minus_v[i, j] if t < T - 1 else zero
+                last = vs_minus_v[i, j] if not last_step else zero
                 a = delta + g * c * kappa * last
                 vs_minus_v[i, j] = a
                 vs[t, i, j] = v[t, i, j] + a
