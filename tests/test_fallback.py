@@ -81,13 +81,14 @@ def test_backward_when_no_kernel_compiles(failing):
     boot = torch.randn(3, generator=g, dtype=torch.float64).to(device)
     term = (torch.rand(8, 3, generator=g) < 0.3).to(device)
 
-    def grads():
-        leaves = [x.clone().requires_grad_() for x in (r, v, boot)]
-        adv, ret = rlscan.gae(leaves[0], leaves[1], bootstrap_value=leaves[2], terminated=term, gamma=0.9, lmbda=0.8)
-        return torch.autograd.grad((adv * 1.5 + ret).sum(), leaves)
+    def grads(on=device):
+        leaves = [x.to(on).requires_grad_() for x in (r, v, boot)]
+        adv, ret = rlscan.gae(leaves[0], leaves[1], bootstrap_value=leaves[2], terminated=term.to(on), gamma=0.9,
+                              lmbda=0.8)
+        return [x.to(device) for x in torch.autograd.grad((adv * 1.5 + ret).sum(), leaves)]
 
     with rlscan.use_backend("cpu"):
-        expected = grads()
+        expected = grads("cpu")
     failing(lambda fn, kw: True)
     with rlscan.use_backend("triton"), warnings.catch_warnings():
         warnings.simplefilter("ignore", L.CompileFallbackWarning)

@@ -157,8 +157,16 @@ KINDS = [("gae", 0.8, config) for config in KERNEL_CONFIGS] + [
     (op, 0.3, config) for op in ("gae", "td_lambda", "discounted_returns") for config in FAMILIES]
 
 
+@pytest.fixture
+def lanes(monkeypatch):
+    """GAE's one pass as two lanes of the engine, for rows that would run one program each."""
+    from rlscan.ops.gae import one_pass
+
+    monkeypatch.setattr(one_pass, "ROW_TILES", ())
+
+
 @pytest.mark.parametrize("op, lmbda, config", KINDS)
-def test_kernel_kinds(triton_path_only, op, lmbda, config, monkeypatch):
+def test_kernel_kinds(triton_path_only, lanes, op, lmbda, config, monkeypatch):
     from rlscan.ops.gae import one_pass
 
     ran = []
@@ -171,10 +179,16 @@ def test_kernel_kinds(triton_path_only, op, lmbda, config, monkeypatch):
     assert (len(ran) == 1 and ran[0] is not None) == (op == "gae" and lmbda >= one_pass.LAMBDA_MIN)
 
 
+@pytest.mark.parametrize("kernel", ["rows", "lanes"])
 @pytest.mark.parametrize("lmbda", [1.0, 0.95, 0.5])
-def test_one_pass_whitened(triton_path_only, lmbda):
+def test_one_pass_whitened(triton_path_only, lmbda, kernel, monkeypatch):
     """GAE's one pass gathers the whitening's sums: the result is masked_whiten's, and the
-    float64 reference's, for large values and λ down to the one pass's limit."""
+    float64 reference's, for large values and λ down to the one pass's limit, in both of its
+    kernels (rows in two tiles of 8 steps)."""
+    from rlscan.ops.gae import one_pass
+
+    monkeypatch.setattr(one_pass, "ROW_TILES", ((64, 8, 1),) if kernel == "rows" else ())
+    monkeypatch.setattr(one_pass, "ROW_MIN_T", 2)
     args, kwargs = _problem("gae", B=5, T=T, device=triton_path_only, lmbda=lmbda, gamma=0.99,
                             value_dtype=torch.bfloat16)
     args = (args[0], (args[1].float() * 4 + 20).to(torch.bfloat16))
@@ -187,7 +201,7 @@ def test_one_pass_whitened(triton_path_only, lmbda):
     torch.testing.assert_close(adv, two_scans, rtol=1e-4, atol=1e-4)
 
 
-def test_one_pass_pairs_the_lanes_of_one_row_settings(triton_path_only, monkeypatch):
+def test_one_pass_pairs_the_lanes_of_one_row_settings(triton_path_only, lanes, monkeypatch):
     """Where the table runs one row per program (``block_b = 1``), the one pass runs an
     environment's two lanes in one program (``block_b = 2``) instead of falling back."""
     from rlscan._triton import launch
@@ -206,18 +220,72 @@ def test_one_pass_pairs_the_lanes_of_one_row_settings(triton_path_only, monkeypa
     assert [p.cfg.block_b for p in plans] == [2]
 
 
-def test_one_pass_failure_falls_back(triton_path_only, monkeypatch):
+@pytest.mark.parametrize("kernel, failed, instead", [("_run", "_failed", "running two scans"),
+                                                    ("_run_rows", "_rows_failed", "running two lanes")])
+def test_one_pass_failure_falls_back(triton_path_only, monkeypatch, kernel, failed, instead):
+    """A failing one-pass kernel warns once: the lanes' failure gives the two scans, the row
+    kernel's the lanes."""
     from rlscan.ops.gae import one_pass
 
     def broken(*args):
         raise RuntimeError("a compiler failure")
 
-    monkeypatch.setattr(one_pass, "_run", broken)
-    monkeypatch.setattr(one_pass, "_failed", [])
+    if kernel == "_run":
+        monkeypatch.setattr(one_pass, "ROW_TILES", ())
+    monkeypatch.setattr(one_pass, kernel, broken)
+    monkeypatch.setattr(one_pass, failed, [])
     args, kwargs = _problem("gae", device=triton_path_only)
-    with pytest.warns(UserWarning, match="running two scans"):
+    with pytest.warns(UserWarning, match=instead):
         _check("gae", args, kwargs)
-    _check("gae", args, kwargs)  # warned once; the two scans from now on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _check("gae", args, kwargs)  # warned once
+
+
+# the masked row kernel on one warp in tiles of 8 steps (rows of up to 16) or 16, so that
+# rows of 2-40 steps span one to three tiles; mask patterns, flags, a bootstrap value or
+# none, bf16 values
+ROWS_SMALL = ((16, 8, 1), (64, 16, 1))
+
+
+@pytest.mark.parametrize("T_rows", [2, 8, 11, 40])
+@pytest.mark.parametrize("terminated, bootstrap", [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize("value_dtype", [torch.float32, torch.bfloat16])
+def test_row_kernel(triton_path_only, monkeypatch, T_rows, terminated, bootstrap, value_dtype):
+    from rlscan.ops.gae import one_pass
+
+    monkeypatch.setattr(one_pass, "ROW_TILES", ROWS_SMALL)
+    monkeypatch.setattr(one_pass, "ROW_MIN_T", 2)
+    ran = []
+    run = one_pass._run_rows
+    monkeypatch.setattr(one_pass, "_run_rows", lambda *a: ran.append(run(*a)) or ran[-1])
+    mask = PATTERNS if T_rows == T else None
+    args, kwargs = _problem("gae", T=T_rows, seed=T_rows, device=triton_path_only, terminated=terminated,
+                            bootstrap=bootstrap, value_dtype=value_dtype, mask=mask, gamma=1.0, lmbda=0.95)
+    got = _check("gae", args, kwargs)
+    assert len(ran) == 1 and ran[0] is not None
+    again = rlscan.gae(*args, **kwargs)  # a repeat call: the kept launcher where there is one
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+
+
+def test_row_kernel_only_where_it_applies(triton_path_only, monkeypatch):
+    """Rows of 8 to 16 steps contiguous in time run one program each; shorter rows, longer
+    ones and steps apart in memory run as two lanes."""
+    from rlscan.ops.gae import one_pass
+
+    monkeypatch.setattr(one_pass, "ROW_TILES", ((16, 8, 1),))
+    monkeypatch.setattr(one_pass, "ROW_MIN_T", 8)
+    ran = []
+    run = one_pass._run_rows
+    monkeypatch.setattr(one_pass, "_run_rows", lambda *a: ran.append(run(*a) is not None) or None)
+    for steps in (4, 11, 40):
+        args, kwargs = _problem("gae", T=steps, seed=steps, device=triton_path_only)
+        _check("gae", args, kwargs)
+    args, kwargs = _problem("gae", device=triton_path_only)
+    strided = tuple(torch.cat([a, a], dim=1)[:, ::2] for a in args)
+    _check("gae", strided, dict(kwargs, mask=torch.cat([kwargs["mask"]] * 2, dim=1)[:, ::2]))
+    assert ran == [False, True, False, False]
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -269,12 +337,13 @@ def test_gradients(op):
 def test_gradients_triton_path_match_cpu(triton_path_only):
     args, kwargs = _problem("gae", B=2, T=6, mask=PATTERNS[[1, 4], :6])
     grads = []
-    for backend in ("cpu", "triton"):
-        leaves = [a.clone().requires_grad_() for a in args]
+    for backend, device in (("cpu", "cpu"), ("triton", triton_path_only)):
+        leaves = [a.detach().to(device).requires_grad_() for a in args]
+        kw = {k: x.to(device) if isinstance(x, torch.Tensor) else x for k, x in kwargs.items()}
         with rlscan.use_backend(backend):
-            A, R = rlscan.gae(*leaves, **kwargs)
-        (A * torch.arange(6.0) + R).sum().backward()
-        grads.append([x.grad for x in leaves])
+            A, R = rlscan.gae(*leaves, **kw)
+            (A * torch.arange(6.0, device=device) + R).sum().backward()
+        grads.append([x.grad.cpu() for x in leaves])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
 

@@ -11,6 +11,7 @@ from rlscan import reference
 from rlscan._triton import launch
 from rlscan._triton.launch import forced_config
 from rlscan.ops.retrace.table import TablePlan
+from rlscan import _fast
 from rlscan_testing import KERNEL_CONFIGS, assert_close, path_for
 
 CONFIGS = {"heuristic": {}, "scan-chunks": KERNEL_CONFIGS["scan-chunks"], "exact": None}
@@ -55,10 +56,18 @@ def test_retrace_from_q_paths(config, A, time_dim):
         assert_close(g.cpu(), torch.as_tensor(w), torch.float64, f"{config} A={A}")
 
 
+def _moved(x, device):
+    """``x`` on ``device`` with the same strides (``Tensor.to`` makes a view with gaps contiguous)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device).copy_(x)
+
+
 def _run(args, kwargs):
     device = path_for("triton").device
-    moved = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    moved = lambda x: _moved(x, device)  # noqa: E731
     launch._PLANS.clear()
+    _fast._CACHE.clear()  # a plan is made, not replayed from an earlier test's call
     with rlscan.use_backend("triton"):
         got = rlscan.retrace_from_q(*map(moved, args.values()), **{k: moved(v) for k, v in kwargs.items()})
         plans = [p for p in launch._PLANS.values() if isinstance(p, TablePlan)]
@@ -105,3 +114,25 @@ def test_strided_inputs_take_the_general_path(how, time_dim):
     assert flat == 0
     for g, w in zip(got, want):
         assert_close(g.cpu(), torch.as_tensor(w), torch.float64, how)
+
+
+@pytest.mark.parametrize("out_dtype", [None, torch.float16])
+@pytest.mark.parametrize("time_dim", [0, 1], ids=["time-first", "time-last"])
+def test_repeat_calls_give_the_first_calls_numbers(out_dtype, time_dim):
+    """Later calls of a signature (on a GPU: the three scratch series in one allocation, passed
+    by address) give the first call's numbers, also where the outputs are narrower than the
+    scratch (float32 inputs; Triton's interpreter rounds float64 to bfloat16 wrongly)."""
+    args, kwargs = _problem(40, 5, 4, time_dim, "bootstrap", seed=3 + time_dim)
+    single = lambda x: x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
+    args, kwargs = ({k: single(x) for k, x in d.items()} for d in (args, kwargs))
+    device = path_for("triton").device
+    moved = {k: _moved(x, device) for k, x in args.items()}
+    kw = {k: _moved(x, device) for k, x in kwargs.items()}
+    launch._PLANS.clear()
+    _fast._CACHE.clear()
+    with rlscan.use_backend("triton"):
+        first = rlscan.retrace_from_q(*moved.values(), out_dtype=out_dtype, **kw)
+        for _ in range(3):
+            again = rlscan.retrace_from_q(*moved.values(), out_dtype=out_dtype, **kw)
+    for a, b in zip(first, again):
+        assert a.dtype == (out_dtype or torch.float32) and torch.equal(a, b)

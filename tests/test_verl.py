@@ -12,6 +12,7 @@ import torch
 import rlscan
 from rlscan.adapters import verl
 from rlscan.bench import verl_loops
+from rlscan_testing import path_for
 
 
 def _batch(B=6, T=13, seed=0, value_dtype=torch.float32, device="cpu"):
@@ -106,15 +107,15 @@ def test_reinforce_plus_plus_one_pass_failure_falls_back(monkeypatch):
 
     monkeypatch.setattr(cut_after_skips, "_scan", broken)
     monkeypatch.setattr(cut_after_skips, "_failed", [])
-    r, _, m = _batch(seed=6)
+    r, _, m = _batch(seed=6, device=path_for("triton").device)
     want = verl_loops.reinforce_plus_plus(r, m, 0.97)
     with rlscan.use_backend("triton"):
         with pytest.warns(UserWarning, match="one-pass kernel failed"):
             got = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, _Config())
         again = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, _Config())  # warned once
     for a, b, w in zip(got, again, want):
-        torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(b, w, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.cpu(), w.cpu(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b.cpu(), w.cpu(), rtol=1e-5, atol=1e-5)
 
 
 def test_reinforce_plus_plus_returns_bit_for_bit():

@@ -208,6 +208,9 @@ def masked_calls(N: int, T: int) -> dict:
         "gae masked one pass": lambda: rlscan.gae(r, vb, mask=mask, time_dim=1, whiten=True, lmbda=0.95),
         "gae masked bootstrap": lambda: rlscan.gae(r, vb, mask=mask.long(), time_dim=1, bootstrap_value=boot,
                                                    terminated=term, gamma=g, lmbda=0.9),
+        "gae masked rows bootstrap": lambda: rlscan.gae(r, vb, mask=mask.long(), time_dim=1, bootstrap_value=boot,
+                                                        terminated=term, lmbda=0.9),
+        "gae masked rows float64": lambda: rlscan.gae(r.double(), r.double(), mask=mask, time_dim=1, lmbda=0.95),
         "gae masked two scans": lambda: rlscan.gae(r, r, mask=mask, time_dim=1, bootstrap_value=boot, lmbda=0.3),
         "td_lambda masked": lambda: rlscan.td_lambda(r, r, mask=mask, time_dim=1, bootstrap_value=boot,
                                                      terminated=term),
@@ -322,10 +325,11 @@ class Compiler:
 def as_on_gpu(compiler: Compiler):
     """Calls plan launches as on a GPU of ``compiler``'s target, compiling instead of launching."""
     import rlscan.whiten
+    from rlscan.ops.gae import kernel as gae_kernel, one_pass
     from rlscan.ops.retrace import table
 
     choose, call, path_for = L.choose_configs, L.LaunchPlan.__call__, _backend.path_for
-    prologue, whitening = table.TablePlan._launch, rlscan.whiten.apply_whitening
+    prologue, whitening, rows = table.TablePlan._launch, rlscan.whiten.apply_whitening, one_pass._launch_rows
     sm = dict(L._SM_COUNT)
     L._SM_COUNT[0] = compiler.n_sm
     L.choose_configs = lambda T, B, tc, exact, device, *a, **k: choose(T, B, tc, exact, torch.device("cuda", 0), *a,
@@ -337,13 +341,18 @@ def as_on_gpu(compiler: Compiler):
         compiler.cfg = plan.cfg
         compiler.compile(table.table_prologue_kernel, plan.grid[:1], args, dict(plan.constexprs, num_warps=4))
 
+    def compile_rows(signature, grid, args, constexprs, warps, device_index):  # GAE's masked row kernel
+        compiler.cfg = None
+        compiler.compile(gae_kernel.masked_rows_kernel, grid[:1], args, dict(constexprs, num_warps=warps))
+
     table.TablePlan._launch = compile_prologue
+    one_pass._launch_rows = compile_rows
     rlscan.whiten.apply_whitening = lambda x, sums, **kw: x  # launches directly; run_masked compiles it
     try:
         yield
     finally:
         L.choose_configs, L.LaunchPlan.__call__, _backend.path_for = choose, call, path_for
-        table.TablePlan._launch, rlscan.whiten.apply_whitening = prologue, whitening
+        table.TablePlan._launch, rlscan.whiten.apply_whitening, one_pass._launch_rows = prologue, whitening, rows
         L._SM_COUNT.clear()
         L._SM_COUNT.update(sm)
 

@@ -275,10 +275,10 @@ OLD_MID = dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=4)  # 
 
 
 def group_quick():
-    """A short look: Retrace from the tables at three shapes (and with 18 actions), whole-row
-    tiles beside the heuristic for GAE, V-trace and the episodic sum."""
+    """A short look: Retrace from the tables at three shapes (with full calls) and with 18
+    actions, whole-row tiles beside the heuristic for GAE, V-trace and the episodic sum."""
     row = lambda T: {"heuristic": None, "row": _row_tile(T)}  # noqa: E731
-    tasks = [("quick", "retrace_from_q", N, T, "nt", HEURISTIC, 4, False, False)
+    tasks = [("quick", "retrace_from_q", N, T, "nt", HEURISTIC, 4, True, False)
              for N, T in ((4096, 128), (512, 2048), (4096, 2048))]
     tasks.append(("quick", "retrace_from_q", 4096, 2048, "nt", HEURISTIC, 18, False, False))
     v = dict(row(2048), **{"b1 x1024 w8": ROW_1024})

@@ -9,7 +9,8 @@ observation spans):
 2. the loop's wall clock per call (``rlscan.bench.verl_loops``, verl's loop);
 3. rlscan's wall clock per call (what the trainer pays, the count check's sync included)
    and device time (CUDA-graph replay, the count check left out), for GAE + whitening,
-   for GAE's two-scan path (the next kept values, then GAE, then masked_whiten), and for
+   for GAE's two-scan path (the next kept values, then GAE, then masked_whiten), for its
+   one pass as two lanes of the scan engine where the row kernel would run, and for
    REINFORCE++;
 4. the bandwidth floor: each input read once and each output written once, at the
    device's copy bandwidth (``rlscan.bench.floors``), for the device time.
@@ -123,6 +124,17 @@ def time_settings(r, v, m, truth_returns):
             print(f"  {label:32s} {str(mask.dtype):12s} {us:7.1f} us  returns error {err:.1e}  ran {ran}", flush=True)
 
 
+class lanes:
+    """GAE's one pass as two lanes of the scan engine (``one_pass.ROW_TILES`` empty), the
+    kernel that rows contiguous in time ran before the row kernel."""
+
+    def __enter__(self):
+        self.tiles, one_pass.ROW_TILES = one_pass.ROW_TILES, ()
+
+    def __exit__(self, *exc):
+        one_pass.ROW_TILES = self.tiles
+
+
 class two_scans:
     """GAE's masked path without the one pass: the next kept values, GAE, then masked_whiten."""
 
@@ -167,13 +179,15 @@ def main():
         only_dev, _ = device(gae_only)
         with two_scans():
             scans_dev, _ = device(gae_fn)
+        with lanes():
+            lanes_dev, _ = device(gae_fn)
         rpp_wall = wall(rpp_fn, 20)
         rpp_dev, _ = device(rpp_fn)
         moved = n * (r.element_size() + v.element_size() + m.element_size() + 2 * 4)
         floor = moved / bw.bandwidth  # device time against the bytes alone (bw.of adds the host's launch floor)
         rpp_floor = n * (r.element_size() + m.element_size() + 2 * 4) / bw.bandwidth
         rows.append(dict(shape=f"{B}x{T}", estimator="gae", ok=ok, errors=errs, loop_s=loop_s, wall_s=gae_wall,
-                         device_s=gae_dev, gae_only_device_s=only_dev, two_scans_device_s=scans_dev, floor_s=floor,
+                         device_s=gae_dev, gae_only_device_s=only_dev, two_scans_device_s=scans_dev, lanes_device_s=lanes_dev, floor_s=floor,
                          moved_bytes=moved, method=method))
         rows.append(dict(shape=f"{B}x{T}", estimator="reinforce_plus_plus", ok=ok_rpp, errors=rpp_err,
                          loop_s=rpp_loop_s, wall_s=rpp_wall, device_s=rpp_dev, floor_s=rpp_floor, method=method))
@@ -188,13 +202,14 @@ def main():
             torch.cuda.get_device_name() if dev.type == "cuda" else "cpu")), f, indent=1, default=str)
     print()
     print("| shape | estimator | ok | verl loop ms | rlscan wall us | rlscan device us | floor us | x loop (wall) "
-          "| device / floor | GAE alone us | two scans us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| device / floor | GAE alone us | two scans us | two lanes us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         us = lambda k: f"{1e6 * row[k]:.1f}" if k in row else "-"  # noqa: E731
         print(f"| {row['shape']} | {row['estimator']} | {'ok' if row['ok'] else 'BAD'} | {1e3 * row['loop_s']:.1f} "
               f"| {us('wall_s')} | {us('device_s')} | {us('floor_s')} | {row['loop_s'] / row['wall_s']:.0f} "
-              f"| {row['device_s'] / row['floor_s']:.2f} | {us('gae_only_device_s')} | {us('two_scans_device_s')} |")
+              f"| {row['device_s'] / row['floor_s']:.2f} | {us('gae_only_device_s')} | {us('two_scans_device_s')} "
+              f"| {us('lanes_device_s')} |")
     return 0 if all(row["ok"] for row in rows) else 1
 
 

@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 from ..._triton.primitives import load, load_coef, load_flag, scalar, step_terms, store, value_after
-from ..._triton.whiten import add_sums
+from ..._triton.whiten import SUM_SLOTS, add_sums
 
 
 @triton.jit
@@ -103,3 +103,69 @@ def emit_lanes(outs, s, scalars, A, A_in, keep, tile, T):
     tl.store(RET + off, adv + v, mask=inside)
     if STATS is not None:
         add_sums(STATS, inside & (kept != 0), adv)
+
+
+# ----------------------------------------------------------------------------- one pass, whole rows
+#
+# The same two scans for rows contiguous in time (a language model's ``[B, T]`` responses):
+# one program per row walks it from the end in tiles of ``BLOCK_T`` steps, and one
+# ``tl.associative_scan`` over four series scans ``E`` and ``W`` side by side, carrying both
+# from tile to tile.
+
+@triton.jit
+def _then_two(e_later, ke_later, w_later, kw_later, e_now, ke_now, w_now, kw_now):
+    """Two reverse scans' combine: each pair's step now applied after its steps later in time."""
+    return e_now + ke_now * e_later, ke_now * ke_later, w_now + kw_now * w_later, kw_now * kw_later
+
+
+@triton.jit
+def masked_rows_kernel(ins, outs, s_row, T, scalars, ACC: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Row ``b``: ``E_t = m_t (r_t + (1/λ − 1) V_t) + (m_t γλν_t + 1 − m_t) E_{t+1}`` and
+    ``W_t = m_t V_t + (1 − m_t) W_{t+1}`` from ``E_T = W_T / λ``, ``W_T`` = the bootstrap value
+    (or 0); ``advantages = E − W/λ``, ``returns = advantages + V``. ``s_row``: each input's
+    row stride (steps are consecutive); with ``STATS``, the kept advantages' count, sum and
+    sum of squares added once per row (as ``add_sums`` adds them)."""
+    R, V, TERM, MASK, BOOT = ins
+    ADV, RET, STATS = outs
+    gamma_lmbda, inv_minus_1, inv = scalars
+    row = tl.program_id(0).to(tl.int64)
+    w_after = tl.zeros([1], ACC)
+    if BOOT is not None:
+        w_after += tl.load(BOOT + row * s_row[4] + tl.arange(0, 1)).to(ACC)
+    e_after = w_after * scalar(inv, ACC)
+    step = tl.arange(0, BLOCK_T)
+    n_tiles = tl.cdiv(T, BLOCK_T)
+    count = tl.zeros([BLOCK_T], tl.int32)
+    total = tl.zeros([BLOCK_T], ACC)
+    squares = tl.zeros([BLOCK_T], ACC)
+    for k in range(n_tiles):
+        t = (n_tiles - 1 - k) * BLOCK_T + step
+        inside = t < T
+        r = tl.load(R + row * s_row[0] + t, mask=inside, other=0).to(ACC)
+        v = tl.load(V + row * s_row[1] + t, mask=inside, other=0).to(ACC)
+        kept = tl.load(MASK + row * s_row[3] + t, mask=inside, other=0) != 0
+        k_e = tl.where(kept, scalar(gamma_lmbda, ACC), 1)
+        if TERM is not None:
+            ended = tl.load(TERM + row * s_row[2] + t, mask=inside, other=0) != 0
+            k_e = tl.where(kept & ended, 0, k_e)
+        e = tl.where(kept, r + scalar(inv_minus_1, ACC) * v, 0)
+        w = tl.where(kept, v, 0)
+        e, k_e, w, k_w = tl.associative_scan((e, k_e, w, (~kept).to(ACC)), 0, _then_two, reverse=True)
+        e += k_e * e_after
+        w += k_w * w_after
+        adv = e - w * scalar(inv, ACC)
+        tl.store(ADV + row * s_row[5] + t, adv, mask=inside)
+        tl.store(RET + row * s_row[6] + t, adv + v, mask=inside)
+        if STATS is not None:
+            counted = kept & inside
+            kept_adv = tl.where(counted, adv, 0)
+            count += counted.to(tl.int32)
+            total += kept_adv
+            squares += kept_adv * kept_adv
+        e_after = tl.sum(tl.where(step == 0, e, 0), axis=0, keep_dims=True)
+        w_after = tl.sum(tl.where(step == 0, w, 0), axis=0, keep_dims=True)
+    if STATS is not None:
+        slot = tl.program_id(0) % SUM_SLOTS
+        tl.atomic_add(STATS + slot, tl.sum(count).to(tl.float64), sem="relaxed")
+        tl.atomic_add(STATS + SUM_SLOTS + slot, tl.sum(total).to(tl.float64), sem="relaxed")
+        tl.atomic_add(STATS + 2 * SUM_SLOTS + slot, tl.sum(squares).to(tl.float64), sem="relaxed")

@@ -8,9 +8,15 @@ batch axis that read the same inputs, and the emit step writes ``Â = E − W/λ
 kernel kind applies, each input is read from memory once, and the whitening's sums can
 be gathered on the way (``stats``).
 
+Rows contiguous in time (``[B, T]`` responses) with a scalar ``γ`` and as many steps as
+``ROW_TILES`` and ``ROW_MIN_T`` allow run the same two scans in a kernel of their own
+(``kernel.masked_rows_kernel``): one program per row, both scans in one
+``tl.associative_scan`` of four series, tile after tile from the row's end.
+
 Used on the Triton path for a scalar ``λ ≥ LAMBDA_MIN`` (below it ``W/λ`` would cost
 precision), a layout with one batch group, and no ``exact``; otherwise, or if the
-kernels fail, the op runs its two scans (:func:`rlscan.gae`'s masked path).
+kernels fail, the op runs its two scans (:func:`rlscan.gae`'s masked path). If the row
+kernel fails, the lanes take over.
 """
 from __future__ import annotations
 
@@ -24,7 +30,19 @@ from ..._inputs import Layout, plan_layout
 from ..._spec import tensor_signature
 
 LAMBDA_MIN = 0.5
+#: Rows contiguous in time of ``ROW_MIN_T`` steps or more run one program per row, in tiles
+#: of ``BLOCK_T`` steps on ``warps`` warps: ``(T, BLOCK_T, warps)``, the first entry whose
+#: ``T`` holds the rows; longer or shorter rows run as two lanes of the scan engine. On an
+#: H200 (GAE alone, int64 masks, bf16 values, device time; docs/benchmarks.md) the rows
+#: took 11.3 against 14.2 µs at 256 x 4096, 11.0 against 12.3 at 512 x 2048 and 1024 x 1024,
+#: 3.4 against 5.8 at 32 x 1024, 4.7 against 4.8 at 128 x 2048; they lost at 512 steps
+#: (17.6 against 12.2 µs at 2048 x 512), where the engine puts several rows in a program,
+#: and at 32768 steps with 64 rows, whose tiles one program walks one after the other.
+ROW_TILES = ((1024, 1024, 4), (4096, 2048, 4))
+ROW_MIN_T = 1024
 _failed: list = []
+_rows_failed: list = []
+_row_plans: dict = {}
 
 
 def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: float, stats: Optional[torch.Tensor]):
@@ -35,6 +53,15 @@ def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: f
                          [] if boot is None else [boot])
     if layout is None or layout.two_level:
         return None
+    if gamma_tensor is None and not _rows_failed:
+        try:
+            result = _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats)
+        except Exception as error:  # noqa: BLE001 - a compiler or launcher failure: the lanes are as correct
+            _rows_failed.append(repr(error))
+            warnings.warn(f"rlscan.gae: the masked row kernel failed ({error!r}); running two lanes", stacklevel=3)
+            result = None
+        if result is not None:
+            return result
     # every environment as two neighbouring lanes: environments become the outer group,
     # and the lane axis has stride 0 in every input, so both lanes read the same elements
     lanes = Layout(layout.shape, layout.time_dim, layout.T, 2 * layout.B, 2, layout.lo_dims, ())
@@ -74,3 +101,62 @@ def _run(call, lanes, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda, 
     gamma_lmbda = gamma_value * lmbda
     plan(ins, outs, (gamma_value, lmbda, gamma_lmbda, inv - 1.0, inv))
     return outs[:2]
+
+
+def _row_tile(T: int):
+    return next(((block_t, warps) for most, block_t, warps in ROW_TILES if T <= most), None)
+
+
+def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
+    """The masked GAE with one program per row (``kernel.masked_rows_kernel``), or ``None``
+    where the rows are not contiguous in time or too long (``ROW_TILES``)."""
+    from ..._triton import launch
+    from . import kernel
+
+    tile = _row_tile(layout.T)
+    series = (r, v, term, mask)
+    if tile is None or layout.T < ROW_MIN_T or any(x is not None and layout.strides(x)[0] != 1 for x in series):
+        return None
+    compute = call.compute_dtype
+    outs = call.new_outputs(2)
+    if any(layout.strides(o)[0] != 1 for o in outs):
+        return None
+    if mask.dtype == torch.bool:
+        mask = mask.view(torch.uint8)
+    if term is not None and term.dtype == torch.bool:
+        term = term.view(torch.uint8)
+    ins = (r, v, term, mask, boot)
+    s_row = tuple(layout.strides(x)[2] for x in (r, v, term, mask)) + (layout.batch_strides(boot)[2],) + tuple(
+        layout.strides(o)[2] for o in outs)
+    inv = float(np.float32(1.0 / lmbda)) if compute == torch.float32 else 1.0 / lmbda
+    scalars = (launch.split(gamma_value * lmbda), launch.split(inv - 1.0), launch.split(inv))
+    args = (ins, outs + (stats,), s_row, layout.T, scalars)
+    signature = (layout.T, layout.B, s_row, stats is not None, r.device.index,
+                 tuple(tensor_signature(x) for x in ins + outs))
+    block_t, warps = tile
+    _launch_rows(signature, (layout.B, 1, 1), args, dict(ACC=launch._acc_dtype(compute), BLOCK_T=block_t), warps,
+                 r.device.index)
+    return outs
+
+
+def _launch_rows(signature, grid, args, constexprs, warps, device_index) -> None:
+    """Through Triton's ``JITFunction`` the first time for a signature, then the compiled
+    kernel's launcher directly, as ``LaunchPlan`` does."""
+    from ..._triton import launch
+    from . import kernel
+
+    compiled = _row_plans.get(signature)
+    if compiled is not None:
+        launch.direct_launch(compiled, grid, device_index, args)
+        return
+    fn = kernel.masked_rows_kernel
+    compiled_kernel = fn[grid[:1]](*args, **constexprs, num_warps=warps)
+    if launch.interpreting() or not launch.LaunchPlan.direct:
+        return
+    try:
+        found = launch.launcher_of(fn, compiled_kernel, len(args), constexprs)
+    except Exception:  # noqa: BLE001 - keep Triton's own launch path
+        return
+    if len(_row_plans) >= 256:
+        _row_plans.clear()
+    _row_plans[signature] = found

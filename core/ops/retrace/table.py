@@ -21,10 +21,12 @@ import torch
 import triton
 import triton.language as tl
 
+from ..._triton import launch
 from ..._triton.primitives import split_envs
 
 ELEMENTS = 2048  # positions x actions per prologue program (4 warps, 16 per thread per table)
 MAX_BLOCK_A = 64  # actions per load; more are read in a loop
+_ALIGN = 256  # bytes: each scratch series starts as aligned as a fresh allocation's, for the vector loads
 
 
 @triton.jit
@@ -136,27 +138,41 @@ class TablePlan:
         self.layout, self.in_strides, self.out_strides = layout, in_strides, out_strides
         self.compute_dtype, self.device = compute_dtype, device
         self.grid = (math.ceil(layout.T * layout.B / self.block_p), 1, 1)
-        from ..._triton.launch import _acc_dtype
-
         fast = bool(time_contiguous)
         # every input and the scratch series in one memory order, the tables in rows of actions
         flat = (n_actions <= MAX_BLOCK_A and in_strides[1][3] == 1 and in_strides[2][3] == 1
                 and _dense(layout, out_strides)
                 and all(_flat(layout, in_strides[i], out_strides, n_actions) for i in (1, 2))
                 and all(_flat(layout, in_strides[i], out_strides, 1) for i in (3, 4)))
-        self.constexprs = dict(ACC=_acc_dtype(compute_dtype), BLOCK_P=self.block_p, BLOCK_A=self.block_a,
+        self.constexprs = dict(ACC=launch._acc_dtype(compute_dtype), BLOCK_P=self.block_p, BLOCK_A=self.block_a,
                                TIME_FAST=fast, TWO_LEVEL=layout.two_level,
                                WIDE=wide or layout.T * layout.B >= 2**31, FLAT_A=n_actions if flat else 0)
         self.inner = inner_plan
         self.compiled = None
+        self.series_bytes = None  # the bytes of one scratch series, rounded up to ``_ALIGN``
         self.fallback, self.replaced_by = fallback, None
 
     @property
     def cfg(self):
         return self.inner.cfg
 
-    def scratch(self, like: torch.Tensor) -> torch.Tensor:
-        return torch.empty_strided(like.shape, like.stride(), dtype=self.compute_dtype, device=like.device)
+    def scratch(self, like: torch.Tensor) -> tuple:
+        """The three scratch series, strided like ``like``. Once both kernels launch directly,
+        one allocation holds all three and they are passed as addresses (the compiled
+        launchers take an address for a pointer): at small shapes a ``torch.empty`` costs
+        more host time than the prologue's launch. The first calls, which go through
+        Triton's ``JITFunction`` (it specialises on tensors), get three tensors."""
+        inner = self.inner
+        if self.compiled is None or inner.unchecked or len(inner.compiled) < len(inner.phases):
+            return tuple(torch.empty_strided(like.shape, like.stride(), dtype=self.compute_dtype, device=like.device)
+                         for _ in range(3)), None
+        if self.series_bytes is None:
+            item = torch.finfo(self.compute_dtype).bits // 8  # the scratch's dtype, not the output's
+            size = item * (1 + sum((n - 1) * s for n, s in zip(like.shape, like.stride())))
+            self.series_bytes = -(-size // _ALIGN) * _ALIGN
+        buffer = torch.empty(3 * self.series_bytes, dtype=torch.uint8, device=like.device)
+        base = buffer.data_ptr()
+        return (base, base + self.series_bytes, base + 2 * self.series_bytes), buffer
 
     def __call__(self, ins, outs, scalars) -> None:
         if self.replaced_by is not None:
@@ -167,16 +183,14 @@ class TablePlan:
         except Exception as exc:  # noqa: BLE001 - a kernel this stack cannot compile or launch
             if self.fallback is None:
                 raise
-            from ..._triton.launch import _warn_fallback
-
-            _warn_fallback(self.cfg, exc, "the fused Retrace kernel (no table prologue)")
+            launch._warn_fallback(self.cfg, exc, "the fused Retrace kernel (no table prologue)")
             self.replaced_by = self.fallback()
             self.replaced_by(ins, outs, scalars)
 
     def _run(self, ins, outs, scalars) -> None:
         r, q_values, probs, actions, mu, ne, boot, term, trunc, g, lam = ins
         like = next(o for o in outs if o is not None)
-        q, e, log_rho = self.scratch(like), self.scratch(like), self.scratch(like)
+        (q, e, log_rho), _buffer = self.scratch(like)  # the buffer lives until both kernels are queued
         s = self.in_strides
         args = (q_values, s[1], probs, s[2], actions, s[3], mu, s[4], q, e, log_rho, self.out_strides,
                 self.layout.T, self.layout.B, self.layout.B_lo)
@@ -186,8 +200,6 @@ class TablePlan:
     def _launch(self, args) -> None:
         """Through Triton's ``JITFunction`` the first time, then the compiled kernel's launcher
         directly, as ``LaunchPlan`` does."""
-        from ..._triton import launch
-
         if self.compiled is not None:
             launch.direct_launch(self.compiled, self.grid, self.device.index, args)
             return
@@ -204,15 +216,15 @@ def plan(layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_cont
          fallback=None):
     """The two-kernel plan (:class:`TablePlan`); its inner plan is plain Retrace's, on scratch
     series strided like the first output."""
-    from ..._triton.launch import LaunchPlan
     from . import kernel
 
     r, q_values, probs, actions, mu, ne, boot, term, trunc, g, lam = ins
     like = next(o for o in outs if o is not None)
     s = in_strides
-    inner = LaunchPlan((kernel.coeffs, kernel.emit, True), layout, (r, like, like, like, ne, boot, term, trunc, g, lam),
-                       (s[0], out_strides, out_strides, out_strides) + tuple(s[5:]), outs, out_strides, init_strides,
-                       compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=False, device=device,
-                       wide=wide, init_of=None)
+    inner = launch.LaunchPlan((kernel.coeffs, kernel.emit, True), layout,
+                              (r, like, like, like, ne, boot, term, trunc, g, lam),
+                              (s[0], out_strides, out_strides, out_strides) + tuple(s[5:]), outs, out_strides,
+                              init_strides, compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=False,
+                              device=device, wide=wide, init_of=None)
     return TablePlan(layout, in_strides, outs, out_strides, compute_dtype=compute_dtype,
                      time_contiguous=time_contiguous, device=device, wide=wide, inner_plan=inner, fallback=fallback)
