@@ -7,11 +7,10 @@ import pytest
 import torch
 
 import rlscan
-from rlscan import reference
+from rlscan import _fast, reference
 from rlscan._triton import launch
 from rlscan._triton.launch import forced_config
 from rlscan.ops.retrace.table import TablePlan
-from rlscan import _fast
 from rlscan_testing import KERNEL_CONFIGS, assert_close, path_for
 
 CONFIGS = {"heuristic": {}, "scan-chunks": KERNEL_CONFIGS["scan-chunks"], "exact": None}

@@ -187,8 +187,8 @@ def main():
         floor = moved / bw.bandwidth  # device time against the bytes alone (bw.of adds the host's launch floor)
         rpp_floor = n * (r.element_size() + m.element_size() + 2 * 4) / bw.bandwidth
         rows.append(dict(shape=f"{B}x{T}", estimator="gae", ok=ok, errors=errs, loop_s=loop_s, wall_s=gae_wall,
-                         device_s=gae_dev, gae_only_device_s=only_dev, two_scans_device_s=scans_dev, lanes_device_s=lanes_dev, floor_s=floor,
-                         moved_bytes=moved, method=method))
+                         device_s=gae_dev, gae_only_device_s=only_dev, two_scans_device_s=scans_dev,
+                         lanes_device_s=lanes_dev, floor_s=floor, moved_bytes=moved, method=method))
         rows.append(dict(shape=f"{B}x{T}", estimator="reinforce_plus_plus", ok=ok_rpp, errors=rpp_err,
                          loop_s=rpp_loop_s, wall_s=rpp_wall, device_s=rpp_dev, floor_s=rpp_floor, method=method))
         print(json.dumps(rows[-2:], default=str), flush=True)

@@ -443,6 +443,20 @@ def launcher_of(fn, kernel, n_args: int, kwargs: dict) -> tuple:
     return kernel.run, kernel.function, kernel.packed_metadata, kernel, constexpr_values
 
 
+def first_launch(fn, grid, args, constexprs: dict, num_warps: int) -> Optional[tuple]:
+    """Launch ``fn`` (a ``JITFunction``, which compiles) on a 1-D ``grid`` and return what
+    :func:`direct_launch` needs to launch it again, or ``None`` where later launches must go
+    through Triton too (the interpreter, direct launches off, other internals): for kernels
+    launched outside a :class:`LaunchPlan`."""
+    kernel = fn[grid[:1]](*args, **constexprs, num_warps=num_warps)
+    if interpreting() or not LaunchPlan.direct:
+        return None
+    try:
+        return launcher_of(fn, kernel, len(args), constexprs)
+    except Exception:  # noqa: BLE001 - keep Triton's own launch path
+        return None
+
+
 def direct_launch(compiled, grid, device_index: int, args) -> None:
     """Launch a kernel through its compiled launcher (``launcher_of``), skipping
     ``JITFunction.run``'s argument binding and cache lookup; Triton's launch hooks, where

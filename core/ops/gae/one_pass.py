@@ -149,14 +149,8 @@ def _launch_rows(signature, grid, args, constexprs, warps, device_index) -> None
     if compiled is not None:
         launch.direct_launch(compiled, grid, device_index, args)
         return
-    fn = kernel.masked_rows_kernel
-    compiled_kernel = fn[grid[:1]](*args, **constexprs, num_warps=warps)
-    if launch.interpreting() or not launch.LaunchPlan.direct:
-        return
-    try:
-        found = launch.launcher_of(fn, compiled_kernel, len(args), constexprs)
-    except Exception:  # noqa: BLE001 - keep Triton's own launch path
-        return
-    if len(_row_plans) >= 256:
-        _row_plans.clear()
-    _row_plans[signature] = found
+    compiled = launch.first_launch(kernel.masked_rows_kernel, grid, args, constexprs, warps)
+    if compiled is not None:
+        if len(_row_plans) >= 256:
+            _row_plans.clear()
+        _row_plans[signature] = compiled

@@ -203,13 +203,7 @@ class TablePlan:
         if self.compiled is not None:
             launch.direct_launch(self.compiled, self.grid, self.device.index, args)
             return
-        kernel = table_prologue_kernel[self.grid[:1]](*args, **self.constexprs, num_warps=4)
-        if launch.interpreting() or not launch.LaunchPlan.direct:
-            return
-        try:
-            self.compiled = launch.launcher_of(table_prologue_kernel, kernel, len(args), self.constexprs)
-        except Exception:  # noqa: BLE001 - keep Triton's own launch path
-            self.compiled = None
+        self.compiled = launch.first_launch(table_prologue_kernel, self.grid, args, self.constexprs, 4)
 
 
 def plan(layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide, init_strides,
