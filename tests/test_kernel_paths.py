@@ -194,7 +194,7 @@ def test_gpu_heuristic_by_shape():
         assert (tiles.block_b, tiles.block_t) == (1, 1024)
         assert _gpu_configs(T, N, True, 132, series=9)[0].block_b == 4
     assert _gpu_configs(4096, 4096, True, 132, series=6)[0].block_b == 4
-    for N, T in ((512, 1024), (4095, 2048)):  # [T, N], mid-size batches, light kernels: one pass
+    for N, T in ((640, 1024), (4095, 2048)):  # [T, N], mid-size batches, light kernels: one pass
         words, flags = _gpu_configs(T, N, False, 132, series=5)
         assert (words.kind, words.block_b, words.steps, words.link, words.n_chunks) == ("chained", 64, 32, "words",
                                                                                         T // 32)

@@ -35,6 +35,20 @@ def test_time_major_4096_by_2048_light_kernels_take_chained_64_by_32_words_first
     assert fields(forward[-1], "kind", "block_b", "steps", "n_chunks", "chunk_len") == ("block", 128, 4, 32, 64)
 
 
+def test_time_major_rows_of_a_few_hundred_environments_take_chained_windows():
+    # light kernels at 256-639 environments and 2-4k steps: 128-step windows, one word read per round trip
+    assert fields(shipped_configs(4096, 256, series=5)[0], "kind", "block_b", "stripes", "steps", "lookback",
+                  "n_chunks", "chunk_len") == ("chained_stripe", 32, 8, 16, 1, 32, 128)
+    # elsewhere in 64-639 environments, and for heavier kernels: 64-step windows, words read two at a time
+    for T, B, series in ((2048, 128, 5), (8192, 64, 5), (1024, 256, 5), (2048, 512, 7)):
+        assert fields(shipped_configs(T, B, series=series)[0], "kind", "block_b", "stripes", "steps", "lookback",
+                      "n_chunks") == ("chained_stripe", 32, 8, 8, 2, T // 64)
+    # 640 environments and more: 64-wide chained blocks; deterministic calls and short T: no chain
+    assert shipped_configs(2048, 768, series=5)[0].kind == "chained"
+    assert shipped_configs(2048, 256, series=5, deterministic=True)[0].kind == "scan"
+    assert shipped_configs(512, 256, series=5)[0].kind == "scan"
+
+
 def test_deterministic_calls_take_the_block_kernel_split_for_16_programs_per_sm():
     (cfg,) = shipped_configs(2048, 4096, deterministic=True)
     # 32 environment blocks; min(32, ceil(16 * 132 / 32)) = 32 chunks of 64 steps
@@ -62,9 +76,9 @@ def test_sizes_never_exceed_the_problem_and_time_splits_for_few_blocks():
     assert shipped_configs(8, 3)[0] == Config("scan", 4, 1, block_t=8, n_chunks=1, chunk_len=8)
     # 17-128 steps: stripes of 4 steps, as many as the window needs (ceil(40 / 4) = 10 -> 16)
     assert fields(shipped_configs(40, 100)[0], "kind", "block_b", "stripes", "steps") == ("stripe", 8, 16, 4)
-    # 256 x 4096: 16 blocks of 16 environments, fewer than 132 SMs: time split for ~4 programs per SM,
-    # min(16 windows, ceil(4 * 132 / 16) = 33, 4096 // 16) = 16 chunks of one 256-step window each
-    assert fields(shipped_configs(4096, 256)[0], "kind", "block_b", "block_t", "n_chunks", "chunk_len") == (
+    # 32 x 4096: 2 blocks of 16 environments, fewer than 132 SMs: time split for ~4 programs per SM,
+    # min(16 windows, ceil(4 * 132 / 2) = 264, 4096 // 16) = 16 chunks of one 256-step window each
+    assert fields(shipped_configs(4096, 32)[0], "kind", "block_b", "block_t", "n_chunks", "chunk_len") == (
         "scan", 16, 256, 16, 256)
     # 128 x 4096: 8 blocks; min(64 windows of 64, ceil(528 / 8) = 66, 4096 // 16) = 64 chunks
     assert fields(shipped_configs(4096, 128, series=0)[0], "block_b", "n_chunks", "chunk_len") == (16, 16, 256)

@@ -14,6 +14,7 @@ the Triton/torch pin, on a CUDA GPU (it was written for an H200)::
     python tools/gpu_check.py                    # on a CUDA machine
     python tools/gpu_check.py --start 248        # continue a run that stopped at its budget
     python tools/gpu_check.py --ops vtrace,gae   # the checks of some ops only
+    python tools/gpu_check.py --shapes 512x2048  # the checks at some N x T only
     TRITON_INTERPRET=1 python tools/gpu_check.py --small   # the same checks, tiny shapes, on the CPU
 
 What it prints: a header (torch, Triton, GPU), then one line per check (ok/FAIL, op,
@@ -44,7 +45,7 @@ from op_cases import DTYPES, FUSED_BACKWARD, LAYOUTS, OPS, backward, make_case, 
 from rlscan._triton import launch as L  # noqa: E402
 
 SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048), (16, 262144), (1, 1000000), (65536, 8), (1, 8),
-          (8, 16))
+          (8, 16), (256, 4096))
 SMALL_SHAPES = ((3, 9), (1, 5), (2, 17))
 SLOW_TO_COMPILE = {"retrace_from_q": ((4096, 2048), (16384, 16), (16, 262144), (65536, 8))}
 TOL = {torch.float64: 1e-9, torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -171,6 +172,7 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=0, help="run only the first N checks")
     parser.add_argument("--start", type=int, default=0, help="skip the first N checks (a run continued)")
     parser.add_argument("--ops", help="comma-separated op names: only their checks (before --start and --limit)")
+    parser.add_argument("--shapes", help="comma-separated N x T, as 512x2048: only the checks at those shapes")
     opts = parser.parse_args(argv)
     if torch.cuda.is_available():
         device = "cuda"
@@ -186,6 +188,14 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--ops: no checks for {', '.join(sorted(unknown))}")
         specs = [spec for spec in specs if spec[0] in wanted]
+    if opts.shapes:
+        try:
+            wanted = {tuple(int(n) for n in shape.split("x")) for shape in opts.shapes.split(",")}
+        except ValueError:
+            parser.error(f"--shapes: expected N x T as 512x2048, comma-separated, got {opts.shapes!r}")
+        specs = [spec for spec in specs if (spec[2], spec[3]) in wanted]
+        if not specs:
+            parser.error(f"--shapes: no checks at {opts.shapes}")
     specs = specs[opts.start:]
     if opts.limit:
         specs = specs[:opts.limit]

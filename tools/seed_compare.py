@@ -17,7 +17,8 @@ rlscan still beats the seed library's design at the shapes of the benchmarks pag
     python tools/seed_compare.py quick                   # a few shapes of Retrace from the tables and whole-row tiles
     python tools/seed_compare.py record --budget 120     # the table of record: every op at every shape
     python tools/seed_compare.py rows --budget 300       # [N, T] row tiles against the heuristic
-    python tools/seed_compare.py mid_tn                  # [T, N] at 512 x 2048: tiles, blocks, chains
+    python tools/seed_compare.py mid_tn                  # [T, N] with 64-1000 environments: windows, blocks, tiles
+    python tools/seed_compare.py mid_tn_backward         # their fused backward kernels
     python tools/seed_compare.py state_in                # how tiles take the state carried in, forward and backward
     python tools/seed_compare.py long_rows               # [N, T] rows of 4096+ steps: tiles chained, or split
 
@@ -338,20 +339,71 @@ def group_rows():
     return tasks
 
 
+def _windows(block_b, stripes, steps, warps, lookback):
+    return dict(kind="chained_stripe", block_b=block_b, stripes=stripes, steps=steps, num_warps=warps,
+                lookback=lookback, link="words")
+
+
+def _split_tiles(N, T):
+    """The setting of ``[T, N]`` rows under 512 environments before their windows: 16-wide
+    tiles of 256 steps, time split for about 4 programs per SM (two launches)."""
+    n_chunks = max(1, min(T // 256, math.ceil(4 * 132 / math.ceil(N / 16))))
+    return dict(kind="scan", block_b=16, block_t=256, num_warps=4, n_chunks=n_chunks)
+
+
 def group_mid_tn():
-    """``[T, N]`` at 512 × 2048, where a few hundred environments leave few programs: the
-    heuristic beside time tiles, blocks split in time, and chained blocks."""
-    variants = {"heuristic": None,
-                "scan b16 t256 w4 c8": dict(kind="scan", block_b=16, block_t=256, num_warps=4, n_chunks=8),
-                "scan b8 t512 w4 c8": dict(kind="scan", block_b=8, block_t=512, num_warps=4, n_chunks=8),
-                "scan b32 t128 w4 c8": dict(kind="scan", block_b=32, block_t=128, num_warps=4, n_chunks=8),
-                "block b128 1x16 w1 c16": dict(kind="block", block_b=128, stripes=1, steps=16, num_warps=1, n_chunks=16),
-                "block b64 1x16 w1 c32": dict(kind="block", block_b=64, stripes=1, steps=16, num_warps=1, n_chunks=32),
-                "chained b64 1x16 words": dict(kind="chained", block_b=64, stripes=1, steps=16, num_warps=1, lookback=1,
-                                               link="words"),
-                "chained b32 1x16 words": dict(kind="chained", block_b=32, stripes=1, steps=16, num_warps=1, lookback=1,
-                                               link="words")}
-    return [("mid_tn", op, 512, 2048, "tn", variants, 4, False, False) for op in ("vtrace", "gae", "retrace_from_q")]
+    """``[T, N]`` with 64 to about a thousand environments and long T, where blocks of 64
+    environments leave long chains: the heuristic (``chained_stripe``: windows of 64-128
+    steps folded, chained, run again from cache) beside the settings before it (64-wide
+    chained blocks from 512 environments, 256-step tiles split in time below) and other
+    windows."""
+    tasks = []
+    for N, T in ((128, 2048), (256, 1024), (256, 4096), (512, 2048), (768, 2048), (64, 8192), (256, 16384)):
+        for op, steps in (("gae", 32), ("vtrace", 16)):
+            before = (dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
+                      if N >= 512 else _split_tiles(N, T))
+            variants = {"heuristic": None, "before": before,
+                        "windows b32 8x16 w4 lb1": _windows(32, 8, 16, 4, 1),
+                        "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2),
+                        "windows b16 16x16 w4 lb2": _windows(16, 16, 16, 4, 2)}
+            tasks.append(("mid_tn", op, N, T, "tn", variants, 4, False, False))
+    for N, T in ((512, 2048), (256, 4096)):
+        for op in ("td_lambda", "discounted_returns", "retrace_from_q", "eligibility_traces", "episodic_cumsum"):
+            steps = 16 if op == "retrace_from_q" else 32
+            before = (dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
+                      if N >= 512 else _split_tiles(N, T))
+            tasks.append(("mid_tn", op, N, T, "tn", {"heuristic": None, "before": before}, 4, False, False))
+    return tasks
+
+
+def group_mid_tn_backward():
+    """The fused backward kernels of ``[T, N]`` calls with a few hundred environments, which
+    take the same table class as the forward ones: the heuristic beside the settings before
+    the chained windows, and the other window."""
+    tasks = []
+    for N, T in ((128, 2048), (256, 4096), (512, 2048)):
+        for op in ("gae", "vtrace", "td_lambda", "eligibility_traces", "retrace"):
+            before = (dict(kind="chained", block_b=64, stripes=1, steps=16, num_warps=1, lookback=1, link="words")
+                      if N >= 512 else _split_tiles(N, T))
+            variants = {"heuristic": None, "before": before, "windows b32 8x16 w4 lb1": _windows(32, 8, 16, 4, 1),
+                        "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2)}
+            tasks.append(("mid_tn_backward", op, N, T, "tn", variants, 4, False, False, True))
+    return tasks
+
+
+def group_rows_chained():
+    """``[N, T]`` rows of 2048 steps: whole-row tiles beside tiles of 512-1024 steps chained
+    along the row by a look-back (``chained_scan``), for the ops furthest from the seed's
+    times."""
+    chained = lambda t, w: dict(kind="chained_scan", block_b=1, block_t=t, num_warps=w, lookback=8,  # noqa: E731
+                                link="words")
+    variants = {"heuristic": None, "b1 t2048 w16": _tiles(1, 2048, 16), "b1 t2048 w4": _tiles(1, 2048, 4),
+                "chained t1024 w4": chained(1024, 4), "chained t1024 w8": chained(1024, 8),
+                "chained t512 w4": chained(512, 4), "chained t512 w2": chained(512, 2)}
+    tasks = [("rows_chained", op, 512, 2048, "nt", variants, 4, False, True)
+             for op in ("vtrace", "gae", "discounted_returns")]
+    tasks.append(("rows_chained", "eligibility_traces", 4096, 2048, "nt", variants, 4, False, False))
+    return tasks
 
 
 def group_state_in():
@@ -382,7 +434,8 @@ def group_long_rows():
     return tasks
 
 
-GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, mid_tn=group_mid_tn, state_in=group_state_in,
+GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, rows_chained=group_rows_chained, mid_tn=group_mid_tn,
+              mid_tn_backward=group_mid_tn_backward, state_in=group_state_in,
               long_rows=group_long_rows)
 
 
