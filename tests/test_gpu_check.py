@@ -44,3 +44,10 @@ def test_the_plan_reaches_every_layout_and_flag_dtype():
     assert {s[4] for s in specs} == {"fp16", "bf16", "fp32", "fp64"}
     assert {(s[2], s[3]) for s in specs} == set(gpu_check.SHAPES)
     assert any(s[6] for s in specs) and len(specs) < 450
+
+
+@pytest.mark.parametrize("shapes", ["7x7", "512by2048"])
+def test_shapes_with_no_checks_or_misspelt_are_refused(shapes, capsys):
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--small", "--shapes", shapes])
+    assert "--shapes" in capsys.readouterr().err

@@ -204,7 +204,7 @@ def test_gpu_heuristic_by_shape():
         for other in (_gpu_configs(T, N, False, 132, series=9), _gpu_configs(T, N, False, 132, series=5,
                                                                              deterministic=True)):
             assert other[0].kind == "scan"
-    assert _gpu_configs(512, 512, False, 132, series=5)[0].kind == "scan"
+    assert _gpu_configs(512, 640, False, 132, series=5)[0].kind == "scan"
 
 
 def test_deterministic_algorithms_key_the_launch_plans():

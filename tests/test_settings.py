@@ -39,14 +39,18 @@ def test_time_major_rows_of_a_few_hundred_environments_take_chained_windows():
     # light kernels at 256-639 environments and 2-4k steps: 128-step windows, one word read per round trip
     assert fields(shipped_configs(4096, 256, series=5)[0], "kind", "block_b", "stripes", "steps", "lookback",
                   "n_chunks", "chunk_len") == ("chained_stripe", 32, 8, 16, 1, 32, 128)
-    # elsewhere in 64-639 environments, and for heavier kernels: 64-step windows, words read two at a time
-    for T, B, series in ((2048, 128, 5), (8192, 64, 5), (1024, 256, 5), (2048, 512, 7)):
+    # elsewhere in 64-639 environments from 256 steps, and for kernels of 6-7 series: 64-step windows,
+    # words read two at a time
+    for T, B, series in ((2048, 128, 5), (8192, 64, 5), (1024, 256, 5), (2048, 512, 7), (256, 512, 5)):
         assert fields(shipped_configs(T, B, series=series)[0], "kind", "block_b", "stripes", "steps", "lookback",
                       "n_chunks") == ("chained_stripe", 32, 8, 8, 2, T // 64)
-    # 640 environments and more: 64-wide chained blocks; deterministic calls and short T: no chain
+    # 8 series (V-trace's backward kernel spilled in windows): 64-wide chained blocks from 512 environments
+    assert fields(shipped_configs(2048, 512, series=8)[0], "kind", "block_b", "steps") == ("chained", 64, 16)
+    assert shipped_configs(2048, 256, series=8)[0].kind == "scan"
+    # 640 environments and more: 64-wide chained blocks; deterministic calls and under 256 steps: no chain
     assert shipped_configs(2048, 768, series=5)[0].kind == "chained"
     assert shipped_configs(2048, 256, series=5, deterministic=True)[0].kind == "scan"
-    assert shipped_configs(512, 256, series=5)[0].kind == "scan"
+    assert shipped_configs(255, 256, series=5)[0].kind == "scan"
 
 
 def test_deterministic_calls_take_the_block_kernel_split_for_16_programs_per_sm():
@@ -82,7 +86,7 @@ def test_sizes_never_exceed_the_problem_and_time_splits_for_few_blocks():
         "scan", 16, 256, 16, 256)
     # 128 x 4096: 8 blocks; min(64 windows of 64, ceil(528 / 8) = 66, 4096 // 16) = 64 chunks
     assert fields(shipped_configs(4096, 128, series=0)[0], "block_b", "n_chunks", "chunk_len") == (16, 16, 256)
-    assert shipped_configs(1000, 256)[0].n_chunks == 1  # below 1024 steps a second launch does not pay
+    assert shipped_configs(1000, 32)[0].n_chunks == 1  # below 1024 steps a second launch does not pay
     one_long = shipped_configs(1_000_000, 1, series=5)
     assert fields(one_long[0], "kind", "block_t", "num_warps", "lookback") == ("chained_scan", 2048, 4, 64)
     # one block: min(1954 windows, 4 * 132) = 528 chunks of 1894 steps rounded up to 2048: 489 chunks

@@ -105,7 +105,8 @@ CI = {
     + [("gae", "NT", N, T, "fp32", "bool", "forward") for N, T in ((4096, 128), (16384, 16), (16, 262144), (4096, 2048),
                                                                    (65536, 8), (8, 16))]
     + [("discounted_returns", "TN", N, T, "fp32", "bool", "forward") for N, T in ((16384, 16), (1, 1000000))]
-    + [("vtrace", "TN", N, T, "fp32", "bool", "forward") for N, T in ((4096, 2048), (16384, 16), (1, 1000000))]
+    + [("vtrace", "TN", N, T, "fp32", "bool", "forward") for N, T in ((4096, 2048), (16384, 16), (1, 1000000),
+                                                                      (512, 2048))]
     + [("linear_scan forward", "TN", N, T, "fp32", "bool", "forward") for N, T in ((4096, 2048), (1, 8))]
     + [("gae", layout, 512, 2048, "fp32", flag, "forward") for layout in ("NT", "BT1") for flag in ("bool", "uint8")]
     + [("retrace", "BT1", 512, 2048, "fp32", "uint8", "forward")]
@@ -113,7 +114,8 @@ CI = {
     "dtypes": [("gae", "NT", 512, 2048, "fp16", "bool", "forward"), ("gae", "TN", 4096, 2048, "bf16", "uint8", "forward"),
                ("gae", "TN", 4096, 2048, "fp64", "bool", "forward"),
                ("discounted_returns", "TN", 4096, 2048, "fp64", "bool", "forward"), ("gae", "NT", 1, 1000000, "fp64", "bool", "forward")],
-    "backward": [("gae", "NT", 512, 2048, "fp32", "bool", "backward"), ("gae", "TN", 4096, 2048, "fp32", "bool", "backward")],
+    "backward": [("gae", "NT", 512, 2048, "fp32", "bool", "backward"), ("gae", "TN", 4096, 2048, "fp32", "bool", "backward"),
+                 ("gae", "TN", 512, 2048, "fp32", "bool", "backward")],
     "exact": [("gae", "TN", 512, 64, "fp32", "bool", "exact"), ("gae", "NT", 512, 64, "fp64", "uint8", "exact")],
     "deterministic": [("gae", "TN", N, T, "fp32", "bool", "deterministic") for N, T in ((4096, 2048), (16, 262144),
                                                                                           (1, 1000000))],

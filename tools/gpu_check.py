@@ -3,8 +3,9 @@ float64 references, with any launch setting that fell back reported as a failure
 
 What it checks: every public op at shapes that reach each branch of the launch heuristic,
 in ``[T, N]`` and ``[N, T]``; every layout (``[T, N]``, ``[N, T]``, ``[B, T, 1]``, strided
-rows) and flag dtype (bool, uint8, float) where time tiles are chunked and where blocks are
-chained; fp16, bf16 and fp64 at two shapes; the fused backward kernels at every shape.
+rows) and flag dtype (bool, uint8, float) at a few hundred environments (whole rows, chained
+windows) and where blocks are chained; fp16, bf16 and fp64 at two shapes; the fused backward
+kernels at every shape.
 Forward results are compared with ``rlscan.reference`` (float64 loops), gradients with the
 CPU path's float64 gradients of the same op, as ``max|out - ref| <= tol * max(1, max|ref|)``.
 
@@ -53,8 +54,8 @@ TOL = {torch.float64: 1e-9, torch.float32: 2e-4, torch.float16: 2e-2, torch.bflo
 
 def plan_cases(small: bool, everything: bool) -> list:
     """``(op, layout, N, T, dtype, flag, backward)`` for every check: every op at every shape in
-    ``[T, N]`` and ``[N, T]``; every layout and flag dtype where time tiles are chunked (512 x
-    2048) and where blocks are chained (4096 x 2048); each dtype there; the fused backward
+    ``[T, N]`` and ``[N, T]``; every layout and flag dtype at 512 x 2048 (whole rows;
+    chained windows in ``[T, N]``) and where blocks are chained (4096 x 2048); each dtype there; the fused backward
     kernels at every shape (at one long sequence, GAE's and V-trace's only)."""
     shapes = SMALL_SHAPES if small else SHAPES
     wide = shapes[2:0:-1] if small else ((512, 2048), (4096, 2048))
@@ -174,13 +175,6 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", help="comma-separated op names: only their checks (before --start and --limit)")
     parser.add_argument("--shapes", help="comma-separated N x T, as 512x2048: only the checks at those shapes")
     opts = parser.parse_args(argv)
-    if torch.cuda.is_available():
-        device = "cuda"
-    else:
-        if not os.environ.get("TRITON_INTERPRET"):
-            parser.error("no GPU: run with TRITON_INTERPRET=1 (and --small)")
-        device = "cpu"
-        rlscan.set_backend("triton")
     specs = plan_cases(opts.small, opts.all)
     if opts.ops:
         wanted = set(opts.ops.split(","))
@@ -196,6 +190,13 @@ def main(argv=None) -> int:
         specs = [spec for spec in specs if (spec[2], spec[3]) in wanted]
         if not specs:
             parser.error(f"--shapes: no checks at {opts.shapes}")
+    if torch.cuda.is_available():
+        device = "cuda"
+    else:
+        if not os.environ.get("TRITON_INTERPRET"):
+            parser.error("no GPU: run with TRITON_INTERPRET=1 (and --small)")
+        device = "cpu"
+        rlscan.set_backend("triton")
     specs = specs[opts.start:]
     if opts.limit:
         specs = specs[:opts.limit]

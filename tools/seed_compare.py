@@ -19,6 +19,7 @@ rlscan still beats the seed library's design at the shapes of the benchmarks pag
     python tools/seed_compare.py rows --budget 300       # [N, T] row tiles against the heuristic
     python tools/seed_compare.py mid_tn                  # [T, N] with 64-1000 environments: windows, blocks, tiles
     python tools/seed_compare.py mid_tn_backward         # their fused backward kernels
+    python tools/seed_compare.py mid_tn_short            # the same batches with 256-512 steps
     python tools/seed_compare.py state_in                # how tiles take the state carried in, forward and backward
     python tools/seed_compare.py long_rows               # [N, T] rows of 4096+ steps: tiles chained, or split
 
@@ -378,17 +379,24 @@ def group_mid_tn():
 
 def group_mid_tn_backward():
     """The fused backward kernels of ``[T, N]`` calls with a few hundred environments, which
-    take the same table class as the forward ones: the heuristic beside the settings before
-    the chained windows, and the other window."""
+    take the same table class as the forward ones (up to 8 series): the heuristic beside the
+    settings before the chained windows."""
     tasks = []
-    for N, T in ((128, 2048), (256, 4096), (512, 2048)):
-        for op in ("gae", "vtrace", "td_lambda", "eligibility_traces", "retrace"):
+    for N, T in ((256, 4096), (512, 2048), (128, 2048)):
+        for op in ("gae", "vtrace", "td_lambda", "eligibility_traces"):
             before = (dict(kind="chained", block_b=64, stripes=1, steps=16, num_warps=1, lookback=1, link="words")
                       if N >= 512 else _split_tiles(N, T))
-            variants = {"heuristic": None, "before": before, "windows b32 8x16 w4 lb1": _windows(32, 8, 16, 4, 1),
-                        "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2)}
+            variants = {"heuristic": None, "before": before}
             tasks.append(("mid_tn_backward", op, N, T, "tn", variants, 4, False, False, True))
     return tasks
+
+
+def group_mid_tn_short():
+    """``[T, N]`` rows of 256-512 steps with a few hundred environments, below the windows'
+    1024 steps: the heuristic (one 128-step tile column per 16 environments) beside windows."""
+    variants = {"heuristic": None, "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2)}
+    return [("mid_tn_short", op, N, T, "tn", variants, 4, False, False)
+            for N, T in ((256, 512), (512, 512), (128, 512), (512, 256)) for op in ("gae", "vtrace")]
 
 
 def group_rows_chained():
@@ -435,7 +443,7 @@ def group_long_rows():
 
 
 GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, rows_chained=group_rows_chained, mid_tn=group_mid_tn,
-              mid_tn_backward=group_mid_tn_backward, state_in=group_state_in,
+              mid_tn_backward=group_mid_tn_backward, mid_tn_short=group_mid_tn_short, state_in=group_state_in,
               long_rows=group_long_rows)
 
 
