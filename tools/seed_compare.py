@@ -379,12 +379,12 @@ def group_mid_tn():
 
 def group_mid_tn_backward():
     """The fused backward kernels of ``[T, N]`` calls with a few hundred environments, which
-    take the same table class as the forward ones (up to 8 series): the heuristic beside the
+    take the same table class as the forward ones (up to 7 series): the heuristic beside the
     settings before the chained windows."""
     tasks = []
     for N, T in ((256, 4096), (512, 2048), (128, 2048)):
-        for op in ("gae", "vtrace", "td_lambda", "eligibility_traces"):
-            before = (dict(kind="chained", block_b=64, stripes=1, steps=16, num_warps=1, lookback=1, link="words")
+        for op, steps in (("gae", 32), ("vtrace", 16), ("td_lambda", 16), ("eligibility_traces", 32)):  # by series
+            before = (dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
                       if N >= 512 else _split_tiles(N, T))
             variants = {"heuristic": None, "before": before}
             tasks.append(("mid_tn_backward", op, N, T, "tn", variants, 4, False, False, True))
@@ -392,9 +392,10 @@ def group_mid_tn_backward():
 
 
 def group_mid_tn_short():
-    """``[T, N]`` rows of 256-512 steps with a few hundred environments, below the windows'
-    1024 steps: the heuristic (one 128-step tile column per 16 environments) beside windows."""
-    variants = {"heuristic": None, "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2)}
+    """``[T, N]`` rows of 256-512 steps with a few hundred environments: the heuristic (64-step
+    windows) beside the setting before them, one column of 128-step tiles per 16 environments."""
+    variants = {"heuristic": None, "before (b16 t128)": dict(kind="scan", block_b=16, block_t=128, num_warps=4,
+                                                              n_chunks=1)}
     return [("mid_tn_short", op, N, T, "tn", variants, 4, False, False)
             for N, T in ((256, 512), (512, 512), (128, 512), (512, 256)) for op in ("gae", "vtrace")]
 
