@@ -66,7 +66,8 @@ TARGETS = {"sm_90": (90, 132), "sm_80": (80, 108)}  # compute capability, SMs (H
 # (N, T) reaching each branch of launch._gpu_configs, in [T, N] and in [N, T]: time-contiguous
 # tiles (chunked for few environments), short T by environment tiles, the sequential layout
 # (65536 x 8, 1 x 8), blocks and chained blocks (16384 x 16, 4096 x 2048), chained windows
-# (16 x 262144; [T, N] 512 x 2048), one long sequence in two launches (1 x 262144) and in one pass (1 x 1,000,000)
+# (16 x 262144, and [T, N] 512 x 2048), one long sequence in two launches (1 x 262144) and in
+# one pass (1 x 1,000,000)
 SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048), (16, 262144), (1, 1000000), (1, 262144),
           (65536, 8), (1, 8), (8, 16), (1024, 256))
 # what the smaller matrix runs: the ops of light and heavy kernels, each branch in both
