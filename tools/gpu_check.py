@@ -55,8 +55,9 @@ TOL = {torch.float64: 1e-9, torch.float32: 2e-4, torch.float16: 2e-2, torch.bflo
 def plan_cases(small: bool, everything: bool) -> list:
     """``(op, layout, N, T, dtype, flag, backward)`` for every check: every op at every shape in
     ``[T, N]`` and ``[N, T]``; every layout and flag dtype at 512 x 2048 (whole rows;
-    chained windows in ``[T, N]``) and where blocks are chained (4096 x 2048); each dtype there; the fused backward
-    kernels at every shape (at one long sequence, GAE's and V-trace's only)."""
+    chained windows in ``[T, N]``) and where blocks are chained (4096 x 2048); each dtype
+    there; the fused backward kernels at every shape (at one long sequence, GAE's and
+    V-trace's only)."""
     shapes = SMALL_SHAPES if small else SHAPES
     wide = shapes[2:0:-1] if small else ((512, 2048), (4096, 2048))
     one_long = (1, 1000000)

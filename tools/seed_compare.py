@@ -345,9 +345,12 @@ def _windows(block_b, stripes, steps, warps, lookback):
                 lookback=lookback, link="words")
 
 
-def _split_tiles(N, T):
-    """The setting of ``[T, N]`` rows under 512 environments before their windows: 16-wide
-    tiles of 256 steps, time split for about 4 programs per SM (two launches)."""
+def _before_windows(N, T, steps):
+    """The setting of ``[T, N]`` calls before their chained windows: from 512 environments,
+    64-wide chained blocks of ``steps`` steps (32 for kernels of up to 5 series, else 16);
+    below, 16-wide tiles of 256 steps, time split for about 4 programs per SM (two launches)."""
+    if N >= 512:
+        return dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
     n_chunks = max(1, min(T // 256, math.ceil(4 * 132 / math.ceil(N / 16))))
     return dict(kind="scan", block_b=16, block_t=256, num_warps=4, n_chunks=n_chunks)
 
@@ -361,18 +364,14 @@ def group_mid_tn():
     tasks = []
     for N, T in ((128, 2048), (256, 1024), (256, 4096), (512, 2048), (768, 2048), (64, 8192), (256, 16384)):
         for op, steps in (("gae", 32), ("vtrace", 16)):
-            before = (dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
-                      if N >= 512 else _split_tiles(N, T))
-            variants = {"heuristic": None, "before": before,
+            variants = {"heuristic": None, "before": _before_windows(N, T, steps),
                         "windows b32 8x16 w4 lb1": _windows(32, 8, 16, 4, 1),
                         "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2),
                         "windows b16 16x16 w4 lb2": _windows(16, 16, 16, 4, 2)}
             tasks.append(("mid_tn", op, N, T, "tn", variants, 4, False, False))
     for N, T in ((512, 2048), (256, 4096)):
         for op in ("td_lambda", "discounted_returns", "retrace_from_q", "eligibility_traces", "episodic_cumsum"):
-            steps = 16 if op == "retrace_from_q" else 32
-            before = (dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
-                      if N >= 512 else _split_tiles(N, T))
+            before = _before_windows(N, T, 16 if op == "retrace_from_q" else 32)
             tasks.append(("mid_tn", op, N, T, "tn", {"heuristic": None, "before": before}, 4, False, False))
     return tasks
 
@@ -384,9 +383,7 @@ def group_mid_tn_backward():
     tasks = []
     for N, T in ((256, 4096), (512, 2048), (128, 2048)):
         for op, steps in (("gae", 32), ("vtrace", 16), ("td_lambda", 16), ("eligibility_traces", 32)):  # by series
-            before = (dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
-                      if N >= 512 else _split_tiles(N, T))
-            variants = {"heuristic": None, "before": before}
+            variants = {"heuristic": None, "before": _before_windows(N, T, steps)}
             tasks.append(("mid_tn_backward", op, N, T, "tn", variants, 4, False, False, True))
     return tasks
 
@@ -443,9 +440,9 @@ def group_long_rows():
     return tasks
 
 
-GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, rows_chained=group_rows_chained, mid_tn=group_mid_tn,
-              mid_tn_backward=group_mid_tn_backward, mid_tn_short=group_mid_tn_short, state_in=group_state_in,
-              long_rows=group_long_rows)
+GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, rows_chained=group_rows_chained,
+              mid_tn=group_mid_tn, mid_tn_backward=group_mid_tn_backward, mid_tn_short=group_mid_tn_short,
+              state_in=group_state_in, long_rows=group_long_rows)
 
 
 def main():
