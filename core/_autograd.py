@@ -1,7 +1,9 @@
 """Autograd for an op whose backward is a fused kernel of its own.
 
-The forward runs the op's fused kernel as the no-grad path does; the backward hands the
-saved inputs and outputs to ``OpSpec.backward``, which runs one more fused scan.
+The forward runs the op's fused kernel (or its CPU loop) as the no-grad path does; the
+backward hands the saved inputs and outputs to ``OpSpec.backward``, which runs one more
+fused scan. On the CPU path, and where no backward kernel compiles, the backward
+differentiates the op's torch form instead (recomputing it once, only if backward runs).
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ class _FusedFunction(torch.autograd.Function):
         n = len(saved) - ctx.op.n_out
         if all(g is None for g in grads):
             return (None,) * (4 + n)
+        if ctx.call.path() != "triton":  # the fused backward kernels are Triton's
+            return (None, None, None, None) + _through_torch_form(ctx, saved[:n], grads)
         try:
             grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
         except NoKernel:  # no backward kernel compiles on this stack: differentiate the op's torch form

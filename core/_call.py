@@ -253,7 +253,8 @@ class Call:
         if needs_grad:
             if outs is not None:
                 raise ValueError("out= cannot be used when an input requires grad (autograd needs fresh outputs)")
-            if op.backward is not None and not _compiling() and self.path() == "triton":
+            if op.backward is not None and not _compiling():
+                # the forward is the no-grad kernel's (or the CPU loop's); so is its result
                 outs = with_fused_backward(self, op, tensors, scalars, exact)
                 _fast.record_grad(self, op, tensors, scalars, exact, outs)
                 return outs

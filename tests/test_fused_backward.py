@@ -121,11 +121,19 @@ def test_sum_backward_reads_a_broadcast_gradient():
     assert_close(r.grad.cpu(), r_cpu.grad, torch.float64)
 
 
-def test_cpu_path_differentiates_the_torch_form():
-    problem = _problem("gae", seed=12)
+@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
+def test_cpu_path_records_the_loop(op):
+    """On the CPU path a call that records for backward runs the CPU loop, so its outputs are
+    the no-grad call's bit for bit; its backward differentiates the op's torch form
+    (gradchecked against the loop's outputs in test_gradients.py)."""
+    problem = _problem(op, "next", seed=12)
     with rlscan.use_backend("cpu"):
-        outs = problem.replace(rewards=problem.args[0].clone().requires_grad_()).run()
-    assert outs[0].grad_fn.name() != "_FusedFunctionBackward"
+        outs, grads, _ = _gradients(problem, "cpu")
+        with torch.no_grad():
+            plain = problem.run()
+    assert outs[0].grad_fn.name() == "_FusedFunctionBackward"
+    assert all(torch.equal(a.detach(), b) for a, b in zip(outs, plain))
+    assert grads and all(torch.isfinite(g).all() for g in grads.values())
 
 
 @pytest.mark.parametrize("op, clips", [("vtrace", (1.3, 0.7, 2.0)), ("vtrace", (float("inf"),) * 3),

@@ -36,21 +36,39 @@ def test_time_major_4096_by_2048_light_kernels_take_chained_64_by_32_words_first
 
 
 def test_time_major_rows_of_a_few_hundred_environments_take_chained_windows():
-    # light kernels at 256-639 environments and 2-4k steps: 128-step windows, one word read per round trip
-    assert fields(shipped_configs(4096, 256, series=5)[0], "kind", "block_b", "stripes", "steps", "lookback",
-                  "n_chunks", "chunk_len") == ("chained_stripe", 32, 8, 16, 1, 32, 128)
+    # light kernels at 256-639 environments and 2-4k steps: 128-step windows; words read two per
+    # round trip for kernels of up to 4 series, one for GAE's 5
+    for series, lookback in ((3, 2), (4, 2), (5, 1)):
+        assert fields(shipped_configs(4096, 256, series=series)[0], "kind", "block_b", "stripes", "steps", "lookback",
+                      "n_chunks", "chunk_len") == ("chained_stripe", 32, 8, 16, lookback, 32, 128)
     # elsewhere in 64-639 environments from 256 steps, and for kernels of 6-7 series: 64-step windows,
     # words read two at a time
     for T, B, series in ((2048, 128, 5), (8192, 64, 5), (1024, 256, 5), (2048, 512, 7), (256, 512, 5)):
         assert fields(shipped_configs(T, B, series=series)[0], "kind", "block_b", "stripes", "steps", "lookback",
                       "n_chunks") == ("chained_stripe", 32, 8, 8, 2, T // 64)
-    # 8 series (V-trace's backward kernel spilled in windows): 64-wide chained blocks from 512 environments
+    # forward kernels of 8 series: 64-wide chained blocks from 512 environments, tiles below
     assert fields(shipped_configs(2048, 512, series=8)[0], "kind", "block_b", "steps") == ("chained", 64, 16)
     assert shipped_configs(2048, 256, series=8)[0].kind == "scan"
     # 640 environments and more: 64-wide chained blocks; deterministic calls and under 256 steps: no chain
     assert shipped_configs(2048, 768, series=5)[0].kind == "chained"
     assert shipped_configs(2048, 256, series=5, deterministic=True)[0].kind == "scan"
     assert shipped_configs(255, 256, series=5)[0].kind == "scan"
+
+
+def test_time_major_backward_kernels_of_8_series_and_more_take_chained_windows():
+    # backward kernels run forward in time: 64-step windows at 256-639 environments from 2048 steps,
+    # 32-step windows elsewhere from 64 to 4096 environments, 64-step tiles where the windows fail
+    for T, B, steps in ((2048, 512, 8), (4096, 256, 8), (2048, 128, 4), (2048, 1024, 4), (512, 256, 4), (2048, 4096, 4)):
+        for series in (8, 10, 13):
+            configs = shipped_configs(T, B, series=series, reverse=False)
+            assert fields(configs[0], "kind", "block_b", "stripes", "steps", "lookback", "link") == (
+                "chained_stripe", 32, 8, steps, 2, "words")
+            assert fields(configs[-1], "kind", "block_b", "block_t") == ("scan", 16, 64)
+    # forward kernels of 8 series, fewer than 64 or more than 4096 environments, deterministic calls: elsewhere
+    assert shipped_configs(2048, 512, series=8)[0].kind == "chained"
+    assert shipped_configs(2048, 32, series=10, reverse=False)[0].kind != "chained_stripe"
+    assert shipped_configs(2048, 8192, series=10, reverse=False)[0].kind == "chained"
+    assert shipped_configs(2048, 512, series=10, reverse=False, deterministic=True)[0].kind != "chained_stripe"
 
 
 def test_deterministic_calls_take_the_block_kernel_split_for_16_programs_per_sm():

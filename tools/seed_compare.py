@@ -20,6 +20,9 @@ rlscan still beats the seed library's design at the shapes of the benchmarks pag
     python tools/seed_compare.py mid_tn                  # [T, N] with 64-1000 environments: windows, blocks, tiles
     python tools/seed_compare.py mid_tn_backward         # their fused backward kernels
     python tools/seed_compare.py mid_tn_short            # the same batches with 256-512 steps
+    python tools/seed_compare.py heavy_backward          # [T, N] backward kernels of 8+ series
+    python tools/seed_compare.py light_windows           # [T, N] 512 x 2048, 256 x 4096: windows on more warps
+    python tools/seed_compare.py heavy_backward --variants heuristic   # one variant of each group only
     python tools/seed_compare.py state_in                # how tiles take the state carried in, forward and backward
     python tools/seed_compare.py long_rows               # [N, T] rows of 4096+ steps: tiles chained, or split
 
@@ -212,9 +215,13 @@ def run_backward_variants(group, op, N, T, layout, variants, A=4):
     shape = f"{op} backward {layout} {N}x{T}"
     print(f"# {shape} (floor {floor_us:.1f} us: the output gradients read, the input gradients written)", flush=True)
     for label, forced in variants.items():
-        with variant(forced):
-            dev_us, err = time_backward(name, args, kwargs, n_leaves, want)
-            ran = ran_settings()
+        try:
+            with variant(forced):
+                dev_us, err = time_backward(name, args, kwargs, n_leaves, want)
+                ran = ran_settings()
+        except Exception as exc:  # noqa: BLE001 - a setting the compiler refuses is a result too
+            print(f"  {label:30s} failed: {repr(exc)[:300]}", flush=True)
+            continue
         emit(group, shape, label, dev_us, floor_us, err, None, ran)
 
 
@@ -397,6 +404,39 @@ def group_mid_tn_short():
             for N, T in ((256, 512), (512, 512), (128, 512), (512, 256)) for op in ("gae", "vtrace")]
 
 
+def group_heavy_backward():
+    """The fused backward kernels of V-trace, Retrace and GAE at ``[T, N]`` with 64-4096
+    environments: 8 or more series, so no window class of the table takes them and they fell
+    to 256-step tiles split in time, which spill. The heuristic beside windows, 32-wide
+    chained blocks of 8 steps and 64-step tiles."""
+    variants = {"heuristic": None, "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2),
+                "windows b16 8x8 w4 lb2": _windows(16, 8, 8, 4, 2), "windows b32 8x4 w4 lb2": _windows(32, 8, 4, 4, 2),
+                "blocks b32 s8": dict(kind="chained", block_b=32, stripes=1, steps=8, num_warps=1, lookback=1,
+                                      link="words")}
+    tasks = []
+    for N, T in ((128, 2048), (256, 4096), (512, 2048), (1024, 2048), (256, 512), (4096, 2048)):
+        n_chunks = max(1, min(T // 64, math.ceil(4 * 132 / math.ceil(N / 16))))
+        v = dict(variants, **{"tiles b16 t64 split": dict(kind="scan", block_b=16, block_t=64, num_warps=4,
+                                                          n_chunks=n_chunks)})
+        tasks += [("heavy_backward", op, N, T, "tn", v, 4, False, False, True) for op in ("vtrace", "retrace", "gae")]
+    return tasks
+
+
+def group_light_windows():
+    """``[T, N]`` at 512 x 2048 and 256 x 4096, where the target is 1.25x the ``[N, T]``
+    time: the heuristic beside its windows on 8 warps, and with words read two at a time;
+    the ``[N, T]`` call beside them."""
+    variants = {"heuristic": None, "windows b32 8x16 w8 lb1": _windows(32, 8, 16, 8, 1),
+                "windows b32 8x16 w4 lb2": _windows(32, 8, 16, 4, 2), "windows b32 8x16 w8 lb2": _windows(32, 8, 16, 8, 2),
+                "windows b32 8x8 w8 lb2": _windows(32, 8, 8, 8, 2), "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2)}
+    tasks = []
+    for N, T in ((512, 2048), (256, 4096)):
+        for op in ("gae", "td_lambda", "discounted_returns", "eligibility_traces", "vtrace"):
+            tasks.append(("light_windows", op, N, T, "tn", variants, 4, False, False))
+            tasks.append(("light_windows", op, N, T, "nt", HEURISTIC, 4, False, False))
+    return tasks
+
+
 def group_rows_chained():
     """``[N, T]`` rows of 2048 steps: whole-row tiles beside tiles of 512-1024 steps chained
     along the row by a look-back (``chained_scan``), for the ops furthest from the seed's
@@ -442,6 +482,7 @@ def group_long_rows():
 
 GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, rows_chained=group_rows_chained,
               mid_tn=group_mid_tn, mid_tn_backward=group_mid_tn_backward, mid_tn_short=group_mid_tn_short,
+              heavy_backward=group_heavy_backward, light_windows=group_light_windows,
               state_in=group_state_in, long_rows=group_long_rows)
 
 
@@ -449,6 +490,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("groups", nargs="+", choices=sorted(GROUPS))
     ap.add_argument("--budget", type=float, default=math.inf, help="seconds; later shapes are skipped past it")
+    ap.add_argument("--variants", help="comma-separated labels: time only these variants of each group")
     args = ap.parse_args()
     DEADLINE[0] = time.monotonic() + args.budget
     fl = floors.measure(DEV, quick=True)
@@ -456,6 +498,9 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
           f"copy {fl.bandwidth / 1e12:.2f} TB/s", flush=True)
     tasks = [t for g in args.groups for t in GROUPS[g]()]
+    if args.variants:
+        keep = set(args.variants.split(","))
+        tasks = [t[:5] + ({k: v for k, v in t[5].items() if k in keep},) + t[6:] for t in tasks]
     for task in tasks:
         run_variants(*task)
     out = os.environ.get("OUT", "bench-out")

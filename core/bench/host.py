@@ -240,7 +240,7 @@ def autograd_section(p, device, N: int, T: int, repeat: int) -> dict:
            "recording_over_no_grad": t["recording_fwd"] / t["no_grad_fwd"],
            "fwd_bwd_over_cumsum": t["fwd_bwd"] / t["cumsum_fwd_bwd"],
            "empty_function_fwd_bwd_over_cumsum": t["empty_function_fwd_bwd"] / t["cumsum_fwd_bwd"],
-           "path": "triton fused backward" if device.type == "cuda" else "cpu: the op's torch form"}
+           "path": "triton fused backward" if device.type == "cuda" else "cpu: the loop forward, the op's torch form backward"}
     p.line(f"host · autograd {N}×{T}: no-grad fwd {t['no_grad_fwd'] * 1e6:.1f} µs, recording fwd "
            f"{t['recording_fwd'] * 1e6:.1f} µs (×{out['recording_over_no_grad']:.2f}), fwd+bwd {t['fwd_bwd'] * 1e6:.1f} µs "
            f"vs cumsum fwd+bwd {t['cumsum_fwd_bwd'] * 1e6:.1f} µs (×{out['fwd_bwd_over_cumsum']:.2f}); an empty autograd "
