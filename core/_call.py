@@ -4,11 +4,12 @@ An op's public function names its arguments to a :class:`Call`, which checks eac
 (type, dtype, shape, device) as it arrives, then hands the tensors to :meth:`Call.run`.
 ``run`` picks the path:
 
-* any input that needs a gradient: on the Triton path, the fused kernel inside an autograd
-  function whose backward is the op's fused backward kernel (``OpSpec.backward``);
-  otherwise (the CPU path, inside ``torch.compile``, ops without one) the op's
-  differentiable form, written with torch operations around :func:`rlscan.linear_scan`
-  (whose backward is one more scan);
+* any input that needs a gradient: the fused kernel (or, on the CPU path, the compiled
+  loop) inside an autograd function whose backward is the op's fused backward kernel
+  (``OpSpec.backward``) on the Triton path and the op's torch form on the CPU; otherwise
+  (inside ``torch.compile``, ops without a fused backward) the op's differentiable form,
+  written with torch operations around :func:`rlscan.linear_scan` (whose backward is one
+  more scan);
 * inside ``torch.compile``: the op's registered custom op, opaque to the tracer;
 * otherwise: the fused Triton kernel or the compiled CPU loop, by backend. What ran is
   recorded for ``_fast``, so that repeat calls with the same signature skip the checks.
