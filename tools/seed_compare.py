@@ -406,18 +406,24 @@ def group_mid_tn_short():
 
 def group_heavy_backward():
     """The fused backward kernels of V-trace, Retrace and GAE at ``[T, N]`` with 64-4096
-    environments: 8 or more series, so no window class of the table takes them and they fell
-    to 256-step tiles split in time, which spill. The heuristic beside windows, 32-wide
-    chained blocks of 8 steps and 64-step tiles."""
+    environments, 8 or more series for V-trace's and Retrace's: the heuristic (chained
+    windows) beside the setting before it (tiles, 256 steps split in time from 1024 steps,
+    which spill; at 4096 environments, the 128-wide blocks the spilling 64-wide chained ones
+    fell to), windows of other sizes, 32-wide chained blocks of 8 steps and 64-step tiles."""
     variants = {"heuristic": None, "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2),
                 "windows b16 8x8 w4 lb2": _windows(16, 8, 8, 4, 2), "windows b32 8x4 w4 lb2": _windows(32, 8, 4, 4, 2),
                 "blocks b32 s8": dict(kind="chained", block_b=32, stripes=1, steps=8, num_warps=1, lookback=1,
                                       link="words")}
     tasks = []
     for N, T in ((128, 2048), (256, 4096), (512, 2048), (1024, 2048), (256, 512), (4096, 2048)):
-        n_chunks = max(1, min(T // 64, math.ceil(4 * 132 / math.ceil(N / 16))))
-        v = dict(variants, **{"tiles b16 t64 split": dict(kind="scan", block_b=16, block_t=64, num_warps=4,
-                                                          n_chunks=n_chunks)})
+        chunks = lambda steps: max(1, min(T // steps, math.ceil(4 * 132 / math.ceil(N / 16))))  # noqa: E731
+        if N >= 4096:
+            before = dict(kind="block", block_b=128, stripes=1, steps=4, num_warps=1, n_chunks=32)
+        else:  # under 1024 steps, one column of 128-step tiles per 16 environments
+            before = (_tiles(16, 128, 4) if T < 1024 else
+                      dict(kind="scan", block_b=16, block_t=256, num_warps=4, n_chunks=chunks(256)))
+        v = dict(variants, **{"before": before, "tiles b16 t64 split": dict(kind="scan", block_b=16, block_t=64,
+                                                                             num_warps=4, n_chunks=chunks(64))})
         tasks += [("heavy_backward", op, N, T, "tn", v, 4, False, False, True) for op in ("vtrace", "retrace", "gae")]
     return tasks
 
