@@ -314,8 +314,7 @@ def group_record():
         for op in OPS:
             v = dict(HEURISTIC)
             if (N, T) == (512, 2048) and op in ("gae", "vtrace"):  # one pass, as for N >= 4096
-                v.update({f"chained {bb}x{steps} words": dict(kind="chained", block_b=bb, num_warps=1, stripes=1,
-                                                              steps=steps, lookback=1, link="words")
+                v.update({f"chained {bb}x{steps} words": _blocks(bb, steps)
                           for bb, steps in ((64, 32), (32, 32), (32, 16))})
             tasks.append(("record", op, N, T, "tn", v, 4, True, False))
     for (N, T) in nt:
@@ -352,14 +351,24 @@ def _windows(block_b, stripes, steps, warps, lookback):
                 lookback=lookback, link="words")
 
 
+def _blocks(block_b, steps):
+    """Chained blocks: ``block_b`` environments on one warp, ``steps`` steps in each thread,
+    pairs as words read one at a time."""
+    return dict(kind="chained", block_b=block_b, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
+
+
+def _split_tiles(N, T, block_t):
+    """16-wide tiles of ``block_t`` steps on 4 warps, time split for about 4 programs per SM
+    (two launches)."""
+    n_chunks = max(1, min(T // block_t, math.ceil(4 * 132 / math.ceil(N / 16))))
+    return dict(kind="scan", block_b=16, block_t=block_t, num_warps=4, n_chunks=n_chunks)
+
+
 def _before_windows(N, T, steps):
     """The setting of ``[T, N]`` calls before their chained windows: from 512 environments,
     64-wide chained blocks of ``steps`` steps (32 for kernels of up to 5 series, else 16);
-    below, 16-wide tiles of 256 steps, time split for about 4 programs per SM (two launches)."""
-    if N >= 512:
-        return dict(kind="chained", block_b=64, stripes=1, steps=steps, num_warps=1, lookback=1, link="words")
-    n_chunks = max(1, min(T // 256, math.ceil(4 * 132 / math.ceil(N / 16))))
-    return dict(kind="scan", block_b=16, block_t=256, num_warps=4, n_chunks=n_chunks)
+    below, 16-wide tiles of 256 steps split in time."""
+    return _blocks(64, steps) if N >= 512 else _split_tiles(N, T, 256)
 
 
 def group_mid_tn():
@@ -412,18 +421,14 @@ def group_heavy_backward():
     fell to), windows of other sizes, 32-wide chained blocks of 8 steps and 64-step tiles."""
     variants = {"heuristic": None, "windows b32 8x8 w4 lb2": _windows(32, 8, 8, 4, 2),
                 "windows b16 8x8 w4 lb2": _windows(16, 8, 8, 4, 2), "windows b32 8x4 w4 lb2": _windows(32, 8, 4, 4, 2),
-                "blocks b32 s8": dict(kind="chained", block_b=32, stripes=1, steps=8, num_warps=1, lookback=1,
-                                      link="words")}
+                "blocks b32 s8": _blocks(32, 8)}
     tasks = []
     for N, T in ((128, 2048), (256, 4096), (512, 2048), (1024, 2048), (256, 512), (4096, 2048)):
-        chunks = lambda steps: max(1, min(T // steps, math.ceil(4 * 132 / math.ceil(N / 16))))  # noqa: E731
         if N >= 4096:
             before = dict(kind="block", block_b=128, stripes=1, steps=4, num_warps=1, n_chunks=32)
         else:  # under 1024 steps, one column of 128-step tiles per 16 environments
-            before = (_tiles(16, 128, 4) if T < 1024 else
-                      dict(kind="scan", block_b=16, block_t=256, num_warps=4, n_chunks=chunks(256)))
-        v = dict(variants, **{"before": before, "tiles b16 t64 split": dict(kind="scan", block_b=16, block_t=64,
-                                                                             num_warps=4, n_chunks=chunks(64))})
+            before = _tiles(16, 128, 4) if T < 1024 else _split_tiles(N, T, 256)
+        v = dict(variants, **{"before": before, "tiles b16 t64 split": _split_tiles(N, T, 64)})
         tasks += [("heavy_backward", op, N, T, "tn", v, 4, False, False, True) for op in ("vtrace", "retrace", "gae")]
     return tasks
 
