@@ -20,6 +20,7 @@ through Triton's interpreter on CPU tensors.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -319,12 +320,20 @@ def test_ppo_lstm_zero_padded(local_ray, patched):
         algo.stop()
 
 
-def _train_until_learned(algo, iterations=300):
-    for _ in range(iterations):
+def _train_until_learned(algo, timeout_s=300.0):
+    """The first loss an asynchronous learner (IMPALA, APPO) reports.
+
+    Its first update compiles the CPU loops when numba's cache is cold, which on a loaded machine
+    takes longer than any fixed count of fast sampling iterations, so this waits on the clock.
+    """
+    deadline = time.monotonic() + timeout_s
+    iterations = 0
+    while time.monotonic() < deadline:
+        iterations += 1
         loss = algo.train().get("learners", {}).get(MODULE, {}).get("total_loss")
         if loss is not None:
             return loss
-    raise AssertionError("no learner update in %d iterations" % iterations)
+    raise AssertionError("no learner update in %.0f s (%d iterations)" % (timeout_s, iterations))
 
 
 def _impala_like(config_class, num_learners):
