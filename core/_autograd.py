@@ -1,11 +1,15 @@
-"""Autograd for an op whose backward is a fused kernel of its own.
+"""Autograd for an op whose backward is a fused scan of its own.
 
 The forward runs the op's fused kernel (or its CPU loop) as the no-grad path does; the
 backward hands the saved inputs and outputs to ``OpSpec.backward``, which runs one more
-fused scan. On the CPU path, and where no backward kernel compiles, the backward
-differentiates the op's torch form instead (recomputing it once, only if backward runs).
+scan on the same path: a fused Triton kernel, or on the CPU path a compiled loop. Where
+neither exists (no backward kernel compiles on this stack; an op with no CPU backward
+loop) the backward differentiates the op's torch form instead (recomputing it once, only
+if backward runs).
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -36,13 +40,28 @@ class _FusedFunction(torch.autograd.Function):
         n = len(saved) - ctx.op.n_out
         if all(g is None for g in grads):
             return (None,) * (4 + n)
-        if ctx.call.path() != "triton":  # the fused backward kernels are Triton's
+        if _torch_forms:
             return (None, None, None, None) + _through_torch_form(ctx, saved[:n], grads)
         try:
             grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
-        except NoKernel:  # no backward kernel compiles on this stack: differentiate the op's torch form
+        except NoKernel:  # no backward scan runs here: differentiate the op's torch form
             grads_in = _through_torch_form(ctx, saved[:n], grads)
         return (None, None, None, None) + tuple(grads_in)
+
+
+_torch_forms = False
+
+
+@contextlib.contextmanager
+def differentiating_torch_forms():
+    """Inside a ``with`` block, backward passes differentiate the ops' torch forms instead of
+    running their backward scans: the reference the tests check the scans against."""
+    global _torch_forms
+    previous, _torch_forms = _torch_forms, True
+    try:
+        yield
+    finally:
+        _torch_forms = previous
 
 
 def _through_torch_form(ctx, tensors: tuple, grads: tuple) -> tuple:
@@ -58,10 +77,11 @@ def _through_torch_form(ctx, tensors: tuple, grads: tuple) -> tuple:
     return tuple(next(found) if x is not None and need else None for x, need in zip(leaves, needs))
 
 
-def backward_spec(name: str, inputs: tuple, n_out: int, kernel, time_contiguous_of: int):
-    """The :class:`OpSpec` of a fused backward kernel: ``inputs`` are the output gradients and
-    what the forward saved; its outputs are the inputs' gradients."""
-    return OpSpec(name=name, inputs=inputs, n_out=n_out, kernel=kernel, cpu=triton_only,
+def backward_spec(name: str, inputs: tuple, n_out: int, kernel, time_contiguous_of: int, cpu=triton_only):
+    """The :class:`OpSpec` of a fused backward scan: ``inputs`` are the output gradients and
+    what the forward saved; its outputs are the inputs' gradients. ``cpu`` is its CPU loop
+    (``triton_only``: none, and the CPU path differentiates the op's torch form)."""
+    return OpSpec(name=name, inputs=inputs, n_out=n_out, kernel=kernel, cpu=cpu,
                   differentiable=triton_only, time_contiguous_of=time_contiguous_of)
 
 
@@ -89,8 +109,12 @@ def split_value_after(call, grad, next_values) -> tuple:
 
 
 def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> None:
-    """Run a fused backward kernel (an :class:`OpSpec` whose outputs are gradients) on the Triton path."""
-    call.compute(spec, tensors, scalars, outs, False, path="triton")
+    """Run a fused backward scan (an :class:`OpSpec` whose outputs are gradients) on the
+    call's path; :class:`NoKernel` where that is the CPU and the scan has no CPU loop."""
+    path = call.path()
+    if path != "triton" and spec.cpu is triton_only:
+        raise NoKernel(f"{spec.name} has no CPU loop")
+    call.compute(spec, tensors, scalars, outs, False, path=path)
 
 
 def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool) -> tuple:

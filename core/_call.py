@@ -5,8 +5,8 @@ An op's public function names its arguments to a :class:`Call`, which checks eac
 ``run`` picks the path:
 
 * any input that needs a gradient: the fused kernel (or, on the CPU path, the compiled
-  loop) inside an autograd function whose backward is the op's fused backward kernel
-  (``OpSpec.backward``) on the Triton path and the op's torch form on the CPU; otherwise
+  loop) inside an autograd function whose backward is the op's fused backward scan
+  (``OpSpec.backward``: a Triton kernel, or on the CPU a compiled loop); otherwise
   (inside ``torch.compile``, ops without a fused backward) the op's differentiable form,
   written with torch operations around :func:`rlscan.linear_scan` (whose backward is one
   more scan);

@@ -51,9 +51,10 @@ class OpSpec(NamedTuple):
 
 
 def triton_only(*args):
-    """The ``cpu`` and ``differentiable`` of an op that only a Triton kernel computes (a fused
-    backward): the call machinery gives its launch plans no CPU fallback."""
-    raise RuntimeError("a fused backward runs on the Triton path; the CPU path differentiates the op's torch form")
+    """The ``cpu`` or ``differentiable`` of an op that only a Triton kernel computes (a fused
+    backward has no torch form of its own; one without a CPU loop): the call machinery gives
+    its launch plans no CPU fallback."""
+    raise RuntimeError("this scan runs only as a Triton kernel; where it cannot, the op's torch form is differentiated")
 
 
 def grid_view(x: torch.Tensor, kind: str) -> torch.Tensor:

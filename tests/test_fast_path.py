@@ -151,8 +151,8 @@ def test_replay_keeps_dtype_and_layout(path, dtype, layout):
 
 def test_fused_backward_calls_are_replayed(path):
     """A call that records for backward replays its signature (on the CPU path too, where
-    the backward differentiates the torch form): the replay's gradients are those of a
-    checked call on the same data."""
+    the backward is the CPU loop): the replay's gradients are those of a checked call on the
+    same data."""
     _fast._CACHE.clear()
     grads = []
     for seed in (1, 2, 2):
@@ -162,7 +162,7 @@ def test_fused_backward_calls_are_replayed(path):
         adv, ret = rlscan.gae(r, v, **p.kwargs)
         grads.append(torch.autograd.grad((adv * 2 + ret).sum(), (r, v)))
     assert any(isinstance(e, _fast._GradEntry) for e in _fast._CACHE.values())
-    _fast._CACHE.clear()  # the same data through the checked path, and through the CPU's torch form
+    _fast._CACHE.clear()  # the same data through the checked path
 
     def checked(device=path.device):
         p = make_problem("gae", (6, 3), device=device, seed=2)

@@ -1,12 +1,16 @@
-"""The fused backward kernels (every op; the linear scan's is its adjoint scan) on the
-Triton path: every kernel path and layout, every source of the value after a step,
-per-step and scalar γ/λ, the clips, gradients of some outputs only, and
-``retrace_from_q``'s table. The expected gradients come from the CPU path, which
-differentiates the ops' torch forms (gradchecked in float64 in test_gradients.py)."""
+"""The fused backward scans (every op; the linear scan's is its adjoint scan): the Triton
+kernels on every kernel path and layout, every source of the value after a step, per-step
+and scalar γ/λ, the clips, gradients of some outputs only, and ``retrace_from_q``'s table;
+and the CPU path's backward loops. The expected gradients differentiate the ops' torch
+forms on the CPU (``differentiating_torch_forms``; gradchecked in float64 in
+test_gradients.py, as the CPU loops are)."""
+import contextlib
+
 import pytest
 import torch
 
 import rlscan
+from rlscan._autograd import differentiating_torch_forms
 from rlscan._triton.launch import forced_config
 from rlscan_testing import KERNEL_CONFIGS, assert_close, make_problem, path_for
 
@@ -41,7 +45,8 @@ def _assert_same_gradients(problem, output_grads=None):
     assert outs[0].grad_fn.name() == "_FusedFunctionBackward"
     cpu_problem = problem.replace(**{k: v.cpu() for k, v in problem.arguments().items() if isinstance(v, torch.Tensor)})
     cpu_grads = [None if g is None else g.cpu() for g in output_grads]
-    _, expected, _ = _gradients(cpu_problem, "cpu", cpu_grads)
+    with differentiating_torch_forms():
+        _, expected, _ = _gradients(cpu_problem, "cpu", cpu_grads)
     for name, grad in fused.items():
         assert grad.dtype == problem.arguments()[name].dtype, name
         assert_close(grad.cpu(), expected[name], grad.dtype, name)
@@ -122,18 +127,85 @@ def test_sum_backward_reads_a_broadcast_gradient():
 
 
 @pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
-def test_cpu_path_records_the_loop(op):
+def test_cpu_path_records_the_loop(op, monkeypatch):
     """On the CPU path a call that records for backward runs the CPU loop, so its outputs are
-    the no-grad call's bit for bit; its backward differentiates the op's torch form
-    (gradchecked against the loop's outputs in test_gradients.py)."""
+    the no-grad call's bit for bit, and its backward runs the op's backward loop, never the
+    torch form."""
+    import rlscan._autograd as autograd
+
     problem = _problem(op, "next", seed=12)
+    monkeypatch.setattr(autograd, "_through_torch_form", _no_torch_form)
     with rlscan.use_backend("cpu"):
-        outs, grads, _ = _gradients(problem, "cpu")
+        outs, grads, output_grads = _gradients(problem, "cpu")
         with torch.no_grad():
             plain = problem.run()
     assert outs[0].grad_fn.name() == "_FusedFunctionBackward"
     assert all(torch.equal(a.detach(), b) for a, b in zip(outs, plain))
-    assert grads and all(torch.isfinite(g).all() for g in grads.values())
+    monkeypatch.undo()
+    with rlscan.use_backend("cpu"), differentiating_torch_forms():
+        _, expected, _ = _gradients(problem, "cpu", output_grads)
+    for name, grad in grads.items():
+        assert_close(grad, expected[name], grad.dtype, name)
+
+
+def _no_torch_form(*args):
+    raise AssertionError("the backward differentiated the torch form")
+
+
+def _assert_cpu_loop_gradients(problem, output_grads=None):
+    """The CPU path's backward loop gives the torch form's gradients, in each input's dtype."""
+    with rlscan.use_backend("cpu"):
+        outs, got, output_grads = _gradients(problem, "cpu", output_grads)
+        with differentiating_torch_forms():
+            _, expected, _ = _gradients(problem, "cpu", output_grads)
+    assert outs[0].grad_fn.name() == "_FusedFunctionBackward"
+    for name, grad in got.items():
+        assert grad.dtype == problem.arguments()[name].dtype, name
+        assert_close(grad, expected[name], grad.dtype, name)
+
+
+@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
+@pytest.mark.parametrize("values", ["bootstrap", "next", "none"])
+@pytest.mark.parametrize("coefs", ["tensor", "per_step", 0.9])
+def test_cpu_loops(op, values, coefs):
+    """Every source of the value after a step, per-step and scalar γ/λ."""
+    if values == "none" and op != "discounted_returns":
+        values = "bootstrap"
+    _assert_cpu_loop_gradients(_problem(op, values, shape=(13, 5), coefs=coefs, seed=21))
+
+
+@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
+@pytest.mark.parametrize("layout", [dict(shape=(4, 9), time_dim=-1, layout="transposed"),
+                                    dict(shape=(2, 7, 3), time_dim=1), dict(shape=(2, 7, 3, 2), time_dim=1,
+                                                                            layout="sliced")],
+                         ids=["time-last", "two-groups", "split-call"])
+def test_cpu_loop_layouts(op, layout):
+    _assert_cpu_loop_gradients(make_problem(op, dtype=torch.float64, gamma="tensor", lmbda="tensor", seed=22,
+                                            **layout))
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_cpu_loop_gae_gradient_of_one_output(which):
+    problem = _problem("gae", shape=(9, 4), seed=23)
+    gen = torch.Generator().manual_seed(2)
+    grads = [torch.randn(problem.args[0].shape, generator=gen, dtype=torch.float64) for _ in range(2)]
+    grads[1 - which] = None
+    _assert_cpu_loop_gradients(problem, grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_loop_low_precision(dtype):
+    _assert_cpu_loop_gradients(_problem("td_lambda", shape=(9, 4), dtype=dtype, seed=24))
+
+
+def test_cpu_loop_parallel_version(monkeypatch):
+    """Large calls run the loops' parallel version (``prange`` over blocks of environments)."""
+    import rlscan._cpu as cpu
+
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(cpu, "_MIN_BLOCK", 1)
+    monkeypatch.setattr(cpu, "idle_cpus", lambda: 64.0)
+    _assert_cpu_loop_gradients(_problem("gae", shape=(6, 8), seed=25))
 
 
 @pytest.mark.parametrize("op, clips", [("vtrace", (1.3, 0.7, 2.0)), ("vtrace", (float("inf"),) * 3),
@@ -142,6 +214,13 @@ def test_clips(op, clips):
     """Each clip's subgradient (``torch.clamp``'s: it passes where ``ρ ≤ clip``), and no clip."""
     _assert_same_gradients(_problem(op, seed=13, clips=clips))
     _assert_same_gradients(_problem(op, "next", seed=14, clips=clips))
+
+
+@pytest.mark.parametrize("op, clips", [("vtrace", (1.3, 0.7, 2.0)), ("vtrace", (float("inf"),) * 3),
+                                       ("retrace", (0.6,)), ("retrace", (float("inf"),))])
+def test_cpu_loop_clips(op, clips):
+    _assert_cpu_loop_gradients(_problem(op, seed=15, clips=clips))
+    _assert_cpu_loop_gradients(_problem(op, "next", seed=16, clips=clips))
 
 
 def _table_problem(shape, time_dim, seed, values):
@@ -180,13 +259,15 @@ def _table_problem(shape, time_dim, seed, values):
 @pytest.mark.parametrize("layout", [dict(shape=(11, 3), time_dim=0), dict(shape=(3, 11), time_dim=1)],
                          ids=["time-first", "time-last"])
 def test_retrace_from_q(config, values, layout):
-    """Retrace's fused backward, then the table's gradients by the chain rule, against the
-    CPU path's torch form (gradients of Q, π, log μ, r, the value after the window, γ, λ)."""
+    """Retrace's fused backward, then the table's gradients by the chain rule, on the Triton
+    path and by the CPU loop, against the CPU path's torch form (gradients of Q, π, log μ, r,
+    the value after the window, γ, λ)."""
     leaves, run = _table_problem(layout["shape"], layout["time_dim"], seed=len(config) + len(values), values=values)
     device = path_for("triton").device
     results = {}
-    for backend, where in (("triton", device), ("cpu", torch.device("cpu"))):
-        with rlscan.use_backend(backend):
+    for backend, where, form in (("triton", device, False), ("cpu", torch.device("cpu"), False),
+                                 ("torch form", torch.device("cpu"), True)):
+        with rlscan.use_backend("cpu" if form else backend), _torch_forms_if(form):
             mine = {k: v.to(where).clone().requires_grad_() for k, v in leaves.items()}
             with forced_config(**KERNEL_CONFIGS[config]):
                 outs = run(**mine)
@@ -195,7 +276,12 @@ def test_retrace_from_q(config, values, layout):
             if backend == "triton":
                 assert outs[0].grad_fn.name() == "_FusedFunctionBackward"
     for name, grad in results["triton"].items():
-        assert_close(grad.cpu(), results["cpu"][name], torch.float64, name)
+        assert_close(grad.cpu(), results["torch form"][name], torch.float64, name)
+        assert_close(results["cpu"][name], results["torch form"][name], torch.float64, name)
+
+
+def _torch_forms_if(on: bool):
+    return differentiating_torch_forms() if on else contextlib.nullcontext()
 
 
 @pytest.mark.parametrize("op", ["gae", "td_lambda", "vtrace", "retrace", "eligibility_traces"])

@@ -8,8 +8,9 @@
   LeanRL's pattern: ``gae`` compiled and wrapped in tensordict's ``CudaGraphModule``, for
   rlscan's one line (``rlscan.adapters.cleanrl.gae``), LeanRL's own loop and the twin.
 * autograd: the forward without grad, the forward that records for backward, and forward +
-  ``torch.autograd.grad``, against ``torch.cumsum``'s forward + backward on the same tensors
-  and against an autograd function that computes nothing (torch's own cost of one).
+  ``torch.autograd.grad``, against ``torch.cumsum``'s forward + backward on the same tensors,
+  against an autograd function that computes nothing (torch's own cost of one), and against
+  the same call differentiating GAE's torch form instead of running its backward scan.
 * cpu: the CPU path's full call at a tiny shape (its per-call overhead), Stable-Baselines3's
   ``compute_returns_and_advantage`` against rlscan's buffer (bit for bit checked), and every
   op at a large shape against the numpy loop and the copy-bandwidth floor, with fresh outputs
@@ -206,8 +207,12 @@ class _EmptyFunction(torch.autograd.Function):
 
 
 def autograd_section(p, device, N: int, T: int, repeat: int) -> dict:
-    """rlscan's GAE recording for backward, and forward + backward, next to ``torch.cumsum``'s
-    and to :class:`_EmptyFunction`'s (torch's own cost of a Python autograd function)."""
+    """rlscan's GAE recording for backward, and forward + backward, next to ``torch.cumsum``'s,
+    to :class:`_EmptyFunction`'s (torch's own cost of a Python autograd function) and to the
+    same forward + backward differentiating the op's torch form (what a backward costs where
+    the backward scan cannot run)."""
+    from .._autograd import differentiating_torch_forms
+
     sync = timing.synchronizer(device)
     r, v, d, last = _inputs(N, T, device)
     rg, vg = r.clone().requires_grad_(), v.clone().requires_grad_()
@@ -224,6 +229,10 @@ def autograd_section(p, device, N: int, T: int, repeat: int) -> dict:
         adv, ret = _gae(rg, vg, d, last)
         return torch.autograd.grad((adv, ret), (rg, vg), grad_outputs=(g, g))
 
+    def fwd_bwd_torch_form():
+        with differentiating_torch_forms():
+            return fwd_bwd()
+
     def cumsum_fwd_bwd():
         return torch.autograd.grad(torch.cumsum(rg, 0), rg, grad_outputs=g)
 
@@ -234,16 +243,18 @@ def autograd_section(p, device, N: int, T: int, repeat: int) -> dict:
         return torch.autograd.grad(empty_recording(), (rg, vg), grad_outputs=(g, g))
 
     t = _time_together({"no_grad_fwd": no_grad, "recording_fwd": recording, "fwd_bwd": fwd_bwd,
-                        "cumsum_fwd_bwd": cumsum_fwd_bwd, "empty_function_recording": empty_recording,
+                        "fwd_bwd_torch_form": fwd_bwd_torch_form, "cumsum_fwd_bwd": cumsum_fwd_bwd, "empty_function_recording": empty_recording,
                         "empty_function_fwd_bwd": empty_fwd_bwd}, sync, repeat)
     out = {"shape": [N, T], **{f"{k}_us": s * 1e6 for k, s in t.items()},
            "recording_over_no_grad": t["recording_fwd"] / t["no_grad_fwd"],
            "fwd_bwd_over_cumsum": t["fwd_bwd"] / t["cumsum_fwd_bwd"],
+           "torch_form_over_fwd_bwd": t["fwd_bwd_torch_form"] / t["fwd_bwd"],
            "empty_function_fwd_bwd_over_cumsum": t["empty_function_fwd_bwd"] / t["cumsum_fwd_bwd"],
-           "path": "triton fused backward" if device.type == "cuda" else "cpu: the loop forward, the op's torch form backward"}
+           "path": "triton fused backward" if device.type == "cuda" else "cpu: the loop forward, the backward loop"}
     p.line(f"host · autograd {N}×{T}: no-grad fwd {t['no_grad_fwd'] * 1e6:.1f} µs, recording fwd "
            f"{t['recording_fwd'] * 1e6:.1f} µs (×{out['recording_over_no_grad']:.2f}), fwd+bwd {t['fwd_bwd'] * 1e6:.1f} µs "
-           f"vs cumsum fwd+bwd {t['cumsum_fwd_bwd'] * 1e6:.1f} µs (×{out['fwd_bwd_over_cumsum']:.2f}); an empty autograd "
+           f"vs cumsum fwd+bwd {t['cumsum_fwd_bwd'] * 1e6:.1f} µs (×{out['fwd_bwd_over_cumsum']:.2f}), through the torch form "
+           f"{t['fwd_bwd_torch_form'] * 1e6:.1f} µs (×{out['torch_form_over_fwd_bwd']:.2f} the backward scan's); an empty autograd "
            f"function: recording {t['empty_function_recording'] * 1e6:.1f} µs, fwd+bwd "
            f"{t['empty_function_fwd_bwd'] * 1e6:.1f} µs (×{out['empty_function_fwd_bwd_over_cumsum']:.2f})")
     return out

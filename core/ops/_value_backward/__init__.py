@@ -1,5 +1,6 @@
 """The fused backward of GAE, TD(λ) and discounted returns: one scan forward in time that
-writes every input's gradient (the equations are in ``kernel.py``).
+writes every input's gradient (the equations are in ``kernel.py``; ``cpu.py`` is the same
+scan as a CPU loop).
 
 The three ops share one form: inputs ``(r, V, V_next, bootstrap, terminated, truncated,
 γ, λ)`` and the scan state ``A`` (GAE's advantages, the λ-return, the return); a
@@ -23,12 +24,21 @@ def _kernel(is_gae: bool):
     return kernel.lambda_return_coeffs, kernel.lambda_return_emit, False
 
 
+def _cpu(is_gae: bool):
+    def run(*args):
+        from . import cpu  # here, not at the top: numba loads with the first CPU call
+
+        cpu.run(*args, is_gae=is_gae)
+
+    return run
+
+
 def _spec(name: str, is_gae: bool):
     inputs = (("grad", "series"), ("grad_returns", "series"), ("values", "series"), ("next_values", "series"),
               ("bootstrap_value", "batch"), ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef"),
               ("lmbda", "coef"), ("state", "series"))
     # the forward state is always there, laid out as the outputs: it orients the tiles
-    return backward_spec(name, inputs, 5, functools.partial(_kernel, is_gae), time_contiguous_of=9)
+    return backward_spec(name, inputs, 5, functools.partial(_kernel, is_gae), time_contiguous_of=9, cpu=_cpu(is_gae))
 
 
 GAE = _spec("gae_backward", is_gae=True)

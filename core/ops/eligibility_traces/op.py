@@ -31,6 +31,12 @@ def _differentiable(call, x, dones, g_t, l_t, init, gamma, lmbda, gamma_lmbda):
     return (_forms.result(linear_scan(x, beta, initial=_forms.upcast(init, call)), call),)
 
 
+def _cpu_backward(*args):
+    from . import cpu
+
+    cpu.run_backward(*args)
+
+
 def _backward_kernel():
     from . import kernel
 
@@ -40,11 +46,12 @@ def _backward_kernel():
 BACKWARD = backward_spec(
     "eligibility_traces_backward",
     (("grad", "series"), ("dones", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("traces", "series")),
-    n_out=4, kernel=_backward_kernel, time_contiguous_of=4)
+    n_out=4, kernel=_backward_kernel, time_contiguous_of=4, cpu=_cpu_backward)
 
 
 def traces_backward(call, x, dones, g_t, l_t, init, scalars, traces, grad, needs) -> tuple:
-    """``(∂x, ∂γ, ∂λ, ∂initial)`` by one fused scan in reverse (``kernel.backward_coeffs``);
+    """``(∂x, ∂γ, ∂λ, ∂initial)`` by one fused scan in reverse (``kernel.backward_coeffs``, or
+    ``cpu.traces_backward_loop``);
     the episodic prefix sum's too, with ``γ λ = 1``."""
     need_x, need_g, need_l, need_init = needs
     g_x, g_init, g_g, g_l = gradient_buffers(call, (x, init, g_t, l_t), (need_x, need_init, need_g, need_l))

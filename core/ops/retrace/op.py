@@ -63,6 +63,12 @@ def _differentiable(call, r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t, gam
     return retrace_form(call, r, q, e, log_rho.exp(), ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip)
 
 
+def _cpu_backward(*args):
+    from . import cpu
+
+    cpu.run_backward(*args)
+
+
 def _backward_kernel():
     from . import kernel
 
@@ -74,11 +80,11 @@ BACKWARD = backward_spec(
     (("grad_q_targets", "series"), ("grad_advantages", "series"), ("q_taken", "series"), ("expected_q", "series"),
      ("log_rhos", "series"), ("next_expected_q", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
      ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("q_targets", "series")),
-    n_out=7, kernel=_backward_kernel, time_contiguous_of=11)
+    n_out=7, kernel=_backward_kernel, time_contiguous_of=11, cpu=_cpu_backward)
 
 
 def _backward(call, tensors, scalars, outs, grads, needs):
-    """One fused scan forward in time (``kernel.backward_coeffs``)."""
+    """One fused scan forward in time (``kernel.backward_coeffs``, or ``cpu.retrace_backward_loop``)."""
     r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t = tensors
     need_r, need_q, need_e, need_rho, need_ne, need_boot, _, _, need_g, need_l = needs
     after, need_after = value_after_source(ne, boot, need_ne, need_boot)

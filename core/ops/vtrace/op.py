@@ -49,6 +49,12 @@ def _differentiable(call, r, v, log_rho, nv, boot, term, trunc, g_t, l_t, gamma,
     return _forms.result(vs, call), _forms.result(pg, call)
 
 
+def _cpu_backward(*args):
+    from . import cpu
+
+    cpu.run_backward(*args)
+
+
 def _backward_kernel():
     from . import kernel
 
@@ -60,11 +66,11 @@ BACKWARD = backward_spec(
     (("grad_vs", "series"), ("grad_pg", "series"), ("rewards", "series"), ("values", "series"),
      ("log_rhos", "series"), ("next_values", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
      ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("vs", "series")),
-    n_out=6, kernel=_backward_kernel, time_contiguous_of=11)
+    n_out=6, kernel=_backward_kernel, time_contiguous_of=11, cpu=_cpu_backward)
 
 
 def _backward(call, tensors, scalars, outs, grads, needs):
-    """One fused scan forward in time (``kernel.backward_coeffs``)."""
+    """One fused scan forward in time (``kernel.backward_coeffs``, or ``cpu.vtrace_backward_loop``)."""
     r, v, log_rho, nv, boot, term, trunc, g_t, l_t = tensors
     need_r, need_v, need_rho, need_nv, need_boot, _, _, need_g, need_l = needs
     after, need_after = value_after_source(nv, boot, need_nv, need_boot)
