@@ -247,7 +247,8 @@ def _table_problem(shape, time_dim, seed, values):
         fixed["truncated"] = torch.rand(full, generator=gen) < 0.2
 
     def run(**given):
-        args = {**fixed, **given}
+        where = given["rewards"].device  # the integer actions and the flags go where the leaves are
+        args = {**{k: v.to(where) if isinstance(v, torch.Tensor) else v for k, v in fixed.items()}, **given}
         return rlscan.retrace_from_q(args.pop("rewards"), args.pop("q_values"), args.pop("actions"),
                                      args.pop("target_probs"), args.pop("behaviour_log_probs"), **args)
 
