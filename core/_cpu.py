@@ -105,6 +105,22 @@ def step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda):
     return g, lam, gl
 
 
+@_step_helper
+def step_ends(term, trunc, t, i, j, last_step, zero, one):
+    """``(ν_t, κ_t)`` at one element: ``ν = 0`` where the episode terminated at ``t`` (no
+    bootstrap), ``κ = 0`` where it terminated or was truncated there, or the window ends (the
+    trace is cut). An absent flag (``None``) is a branch numba prunes."""
+    terminated = False
+    if term is not None:
+        terminated = term[t, i, j] != 0
+    ended = terminated
+    if trunc is not None:
+        ended = ended or trunc[t, i, j] != 0
+    nu = zero if terminated else one
+    kappa = zero if (ended or last_step) else one
+    return nu, kappa
+
+
 def exp(x: np.ndarray) -> np.ndarray:
     """``exp(x)`` as a new C-ordered array, computed before the loops: numba's ``exp`` is
     scalar, and numpy's float32 ``exp`` ran at half the speed of torch's on one core of an

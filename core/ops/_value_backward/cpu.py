@@ -3,7 +3,7 @@
 step (the equations are in ``kernel.py``; absent inputs are ``None``, see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import njit, prange, step_coefs
+from ..._cpu import njit, prange, step_coefs, step_ends
 
 
 @njit
@@ -18,14 +18,7 @@ def value_backward_loop(grad, grad_ret, v, v_next, boot, term, trunc, gammas, lm
         for t in range(T):
             last_step = t == T - 1
             for j in range(Bl):
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                kappa = zero if (ended or last_step) else one
+                nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 w = one if is_gae else one - lam * kappa
                 G = zero

@@ -1,5 +1,5 @@
 """Discounted returns as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
-from ..._cpu import njit, prange
+from ..._cpu import njit, prange, step_ends
 
 
 @njit
@@ -15,14 +15,7 @@ def discounted_loop(r, v_next, boot, term, trunc, gammas, gamma, one, out):
                 elif boot is not None:
                     if t == T - 1:
                         vn = boot[0, i, j]
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                kappa = zero if (ended or t == T - 1) else one
+                nu, kappa = step_ends(term, trunc, t, i, j, t == T - 1, zero, one)
                 g = gamma
                 if gammas is not None:
                     g = gammas[t, i, j]

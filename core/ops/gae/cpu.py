@@ -3,7 +3,7 @@
 Absent inputs arrive as ``None``: numba compiles a version for each combination and prunes
 the branches, so the loop over environments has no stand-in arrays to read and vectorises.
 """
-from ..._cpu import njit, prange, step_coefs
+from ..._cpu import njit, prange, step_coefs, step_ends
 
 
 @njit
@@ -25,14 +25,7 @@ def gae_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamm
                         vn = boot[0, i, j]
                 else:
                     vn = v[t + 1, i, j]
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                kappa = zero if (ended or last_step) else one
+                nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 delta = r[t, i, j] + g * vn * nu - v[t, i, j]
                 last = zero if last_step else adv[t + 1, i, j]

@@ -1,7 +1,7 @@
 """Retrace(λ) as a compiled CPU loop."""
 import numpy as np
 
-from ..._cpu import exp, njit, prange, step_coefs
+from ..._cpu import exp, njit, prange, step_coefs, step_ends
 
 
 @njit
@@ -23,14 +23,7 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
                             en = boot[0, i, j]
                     if not last_step:
                         en = e[t + 1, i, j]
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                kappa = zero if (ended or last_step) else one
+                nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 if not last_step:
                     c_ahead = min(rhos[t + 1, i, j], c_clip)
@@ -70,14 +63,7 @@ def retrace_backward_loop(grad_q, grad_adv, q, e, rhos, e_next, boot, term, trun
         for t in range(T):
             last_step = t == T - 1
             for j in range(Bl):
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                kappa = zero if (ended or last_step) else one
+                nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 c_ahead = zero if last_step else min(rhos[t + 1, i, j], c_clip)
                 g_adv = zero

@@ -1,5 +1,5 @@
 """TD(λ) returns as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
-from ..._cpu import njit, prange, step_coefs
+from ..._cpu import njit, prange, step_coefs, step_ends
 
 
 @njit
@@ -21,14 +21,7 @@ def td_lambda_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda
                     if v is not None:
                         if not last_step:
                             vn = v[t + 1, i, j]
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                kappa = zero if (ended or last_step) else one
+                nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 alpha = r[t, i, j] + g * nu * (one - lam * kappa) * vn
                 last = out[t + 1, i, j] if not last_step else zero

@@ -1,7 +1,7 @@
 """V-trace as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import exp, njit, prange
+from ..._cpu import exp, njit, prange, step_ends
 
 
 @njit
@@ -25,15 +25,8 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
                     if v is not None:
                         if not last_step:
                             vn = v[t + 1, i, j]
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                inside = not (ended or last_step)
-                kappa = one if inside else zero
+                nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
+                inside = kappa != zero
                 g = gamma
                 if gammas is not None:
                     g = gammas[t, i, j]
@@ -89,15 +82,8 @@ def vtrace_backward_loop(grad_vs, grad_pg, r, v, rhos, v_next, boot, term, trunc
                     if not last_step:
                         vn = v[t + 1, i, j]
                     v_ahead = vn
-                terminated = False
-                if term is not None:
-                    terminated = term[t, i, j] != 0
-                ended = terminated
-                if trunc is not None:
-                    ended = ended or trunc[t, i, j] != 0
-                nu = zero if terminated else one
-                inside = not (ended or last_step)
-                kappa = one if inside else zero
+                nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
+                inside = kappa != zero
                 g = gamma
                 if gammas is not None:
                     g = gammas[t, i, j]
