@@ -335,7 +335,7 @@ class Call:
             tuple(layout.strides(next(o for o in outs if o is not None))),
             compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
             init_strides=tuple(layout.batch_strides(init)), signature=signature,
-            cpu_fallback=None if op.cpu is triton_only else _on_cpu(self, op, exact),
+            cpu_fallback=None if _no_cpu_fallback(op) else _on_cpu(self, op, exact),
         )
 
     def _split(self, op, tensors, scalars, outs, exact, path) -> None:
@@ -359,6 +359,14 @@ def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
     span = sum((n - 1) * s for n, s in zip(x.shape, x.stride()) if n > 1) + 1
     flat = x.as_strided((span,), (1,)).cpu()
     return flat.as_strided(x.shape, x.stride())
+
+
+def _no_cpu_fallback(op: OpSpec) -> bool:
+    """Whether a launch plan of ``op`` that compiles nothing raises :class:`NoKernel` instead of
+    running the CPU path on copies: for a scan with no CPU loop, and for a fused backward (no
+    torch form of its own), whose caller then differentiates the forward op's torch form on
+    the call's device, cheaper than copying every saved tensor to the host and back."""
+    return op.cpu is triton_only or op.differentiable is triton_only
 
 
 def _on_cpu(call: Call, op: OpSpec, exact: bool):

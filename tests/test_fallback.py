@@ -73,8 +73,14 @@ def test_when_no_kernel_compiles_the_cpu_path_answers(failing):
     assert len(_fallback_warnings(record)) == 2
 
 
-def test_backward_when_no_kernel_compiles(failing):
-    """The fused backward falls back to differentiating the op's torch form."""
+def test_backward_when_no_kernel_compiles(failing, monkeypatch):
+    """The fused backward falls back to differentiating the op's torch form on the call's
+    device (not to the CPU loop on copies of the saved tensors)."""
+    import rlscan._autograd as autograd
+
+    through = []
+    real = autograd._through_torch_form
+    monkeypatch.setattr(autograd, "_through_torch_form", lambda *a: through.append(1) or real(*a))
     device = path_for("triton").device
     g = torch.Generator().manual_seed(1)
     r, v = (torch.randn(8, 3, generator=g, dtype=torch.float64).to(device) for _ in range(2))
@@ -95,3 +101,4 @@ def test_backward_when_no_kernel_compiles(failing):
         got = grads()
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert through == [1]
