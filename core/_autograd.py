@@ -2,10 +2,9 @@
 
 The forward runs the op's fused kernel (or its CPU loop) as the no-grad path does; the
 backward hands the saved inputs and outputs to ``OpSpec.backward``, which runs one more
-scan on the same path: a fused Triton kernel, or on the CPU path a compiled loop. Where
-neither exists (no backward kernel compiles on this stack; an op with no CPU backward
-loop) the backward differentiates the op's torch form instead (recomputing it once, only
-if backward runs).
+scan on the same path: a fused Triton kernel, or on the CPU path a compiled loop. Where no
+backward kernel compiles on this stack, the backward differentiates the op's torch form
+instead (recomputing it once, only if backward runs).
 """
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ class _FusedFunction(torch.autograd.Function):
             return (None, None, None, None) + _through_torch_form(ctx, saved[:n], grads)
         try:
             grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
-        except NoKernel:  # no backward scan runs here: differentiate the op's torch form
+        except NoKernel:  # no backward kernel compiles on this stack: differentiate the op's torch form
             grads_in = _through_torch_form(ctx, saved[:n], grads)
         return (None, None, None, None) + tuple(grads_in)
 
@@ -77,10 +76,9 @@ def _through_torch_form(ctx, tensors: tuple, grads: tuple) -> tuple:
     return tuple(next(found) if x is not None and need else None for x, need in zip(leaves, needs))
 
 
-def backward_spec(name: str, inputs: tuple, n_out: int, kernel, time_contiguous_of: int, cpu=triton_only):
+def backward_spec(name: str, inputs: tuple, n_out: int, kernel, time_contiguous_of: int, cpu):
     """The :class:`OpSpec` of a fused backward scan: ``inputs`` are the output gradients and
-    what the forward saved; its outputs are the inputs' gradients. ``cpu`` is its CPU loop
-    (``triton_only``: none, and the CPU path differentiates the op's torch form)."""
+    what the forward saved; its outputs are the inputs' gradients. ``cpu`` is its CPU loop."""
     return OpSpec(name=name, inputs=inputs, n_out=n_out, kernel=kernel, cpu=cpu,
                   differentiable=triton_only, time_contiguous_of=time_contiguous_of)
 
@@ -110,11 +108,8 @@ def split_value_after(call, grad, next_values) -> tuple:
 
 def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> None:
     """Run a fused backward scan (an :class:`OpSpec` whose outputs are gradients) on the
-    call's path; :class:`NoKernel` where that is the CPU and the scan has no CPU loop."""
-    path = call.path()
-    if path != "triton" and spec.cpu is triton_only:
-        raise NoKernel(f"{spec.name} has no CPU loop")
-    call.compute(spec, tensors, scalars, outs, False, path=path)
+    call's path."""
+    call.compute(spec, tensors, scalars, outs, False)
 
 
 def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool) -> tuple:

@@ -363,10 +363,10 @@ def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
 
 def _no_cpu_fallback(op: OpSpec) -> bool:
     """Whether a launch plan of ``op`` that compiles nothing raises :class:`NoKernel` instead of
-    running the CPU path on copies: for a scan with no CPU loop, and for a fused backward (no
-    torch form of its own), whose caller then differentiates the forward op's torch form on
-    the call's device, cheaper than copying every saved tensor to the host and back."""
-    return op.cpu is triton_only or op.differentiable is triton_only
+    running the CPU path on copies: for a fused backward (no torch form of its own), whose
+    caller then differentiates the forward op's torch form on the call's device, cheaper than
+    copying every saved tensor to the host and back."""
+    return op.differentiable is triton_only
 
 
 def _on_cpu(call: Call, op: OpSpec, exact: bool):

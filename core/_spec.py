@@ -51,10 +51,9 @@ class OpSpec(NamedTuple):
 
 
 def triton_only(*args):
-    """The ``cpu`` or ``differentiable`` of an op that only a Triton kernel computes (a fused
-    backward has no torch form of its own; one without a CPU loop): the call machinery gives
-    its launch plans no CPU fallback."""
-    raise RuntimeError("this scan runs only as a Triton kernel; where it cannot, the op's torch form is differentiated")
+    """The ``differentiable`` of a fused backward, which has no torch form of its own: the call
+    machinery gives its launch plans no CPU fallback."""
+    raise RuntimeError("a fused backward has no torch form; where its kernel cannot run, the op's torch form is differentiated")
 
 
 def grid_view(x: torch.Tensor, kind: str) -> torch.Tensor:
