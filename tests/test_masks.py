@@ -179,7 +179,7 @@ def test_kernel_kinds(triton_path_only, lanes, op, lmbda, config, monkeypatch):
     assert (len(ran) == 1 and ran[0] is not None) == (op == "gae" and lmbda >= one_pass.LAMBDA_MIN)
 
 
-@pytest.mark.parametrize("kernel", ["rows", "lanes"])
+@pytest.mark.parametrize("kernel", ["rows", "chained rows", "lanes"])
 @pytest.mark.parametrize("lmbda", [1.0, 0.95, 0.5])
 def test_one_pass_whitened(triton_path_only, lmbda, kernel, monkeypatch):
     """GAE's one pass gathers the whitening's sums: the result is masked_whiten's, and the
@@ -187,7 +187,7 @@ def test_one_pass_whitened(triton_path_only, lmbda, kernel, monkeypatch):
     kernels (rows in two tiles of 8 steps)."""
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ((64, 8, 1),) if kernel == "rows" else ())
+    monkeypatch.setattr(one_pass, "ROW_TILES", ((64, 8, 1, 0),) if kernel == "rows" else ((64, 8, 1, 2),) if kernel == "chained rows" else ())
     monkeypatch.setattr(one_pass, "ROW_MIN_T", 2)
     args, kwargs = _problem("gae", B=5, T=T, device=triton_path_only, lmbda=lmbda, gamma=0.99,
                             value_dtype=torch.bfloat16)
@@ -243,18 +243,23 @@ def test_one_pass_failure_falls_back(triton_path_only, monkeypatch, kernel, fail
 
 
 # the masked row kernel on one warp in tiles of 8 steps (rows of up to 16) or 16, so that
-# rows of 2-40 steps span one to three tiles; mask patterns, flags, a bootstrap value or
-# none, bf16 values
-ROWS_SMALL = ((16, 8, 1), (64, 16, 1))
+# rows of 2-40 steps span one to three tiles, walked by one program or chained (a look-back
+# of 1 or 2 words; "no states": odd tiles publish no state, so the look-back composes their
+# pairs); mask patterns, flags, a bootstrap value or none, bf16 values
+ROWS_SMALL = {"walked": (((16, 8, 1, 0), (64, 16, 1, 0)), False),
+              "chained": (((16, 8, 1, 1), (64, 16, 1, 2)), False),
+              "chained, no states": (((16, 8, 1, 2), (64, 8, 1, 1)), True)}
 
 
 @pytest.mark.parametrize("T_rows", [2, 8, 11, 40])
 @pytest.mark.parametrize("terminated, bootstrap", [(False, True), (True, True), (True, False)])
 @pytest.mark.parametrize("value_dtype", [torch.float32, torch.bfloat16])
-def test_row_kernel(triton_path_only, monkeypatch, T_rows, terminated, bootstrap, value_dtype):
+@pytest.mark.parametrize("rows", list(ROWS_SMALL))
+def test_row_kernel(triton_path_only, monkeypatch, T_rows, terminated, bootstrap, value_dtype, rows):
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ROWS_SMALL)
+    monkeypatch.setattr(one_pass, "ROW_TILES", ROWS_SMALL[rows][0])
+    monkeypatch.setattr(one_pass, "ROW_TEST_LOOKBACK", ROWS_SMALL[rows][1])
     monkeypatch.setattr(one_pass, "ROW_MIN_T", 2)
     ran = []
     run = one_pass._run_rows
@@ -274,7 +279,7 @@ def test_row_kernel_only_where_it_applies(triton_path_only, monkeypatch):
     ones and steps apart in memory run as two lanes."""
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ((16, 8, 1),))
+    monkeypatch.setattr(one_pass, "ROW_TILES", ((16, 8, 1, 0),))
     monkeypatch.setattr(one_pass, "ROW_MIN_T", 8)
     ran = []
     run = one_pass._run_rows

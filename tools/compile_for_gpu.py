@@ -345,9 +345,9 @@ def as_on_gpu(compiler: Compiler):
         compiler.cfg = plan.cfg
         compiler.compile(table.table_prologue_kernel, plan.grid[:1], args, dict(plan.constexprs, num_warps=4))
 
-    def compile_rows(signature, grid, args, constexprs, warps, device_index):  # GAE's masked row kernel
+    def compile_rows(signature, fn, grid, args, constexprs, warps, device_index):  # GAE's masked row kernels
         compiler.cfg = None
-        compiler.compile(gae_kernel.masked_rows_kernel, grid[:1], args, dict(constexprs, num_warps=warps))
+        compiler.compile(fn, grid[:1], args, dict(constexprs, num_warps=warps))
 
     table.TablePlan._launch = compile_prologue
     one_pass._launch_rows = compile_rows

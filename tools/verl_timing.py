@@ -21,6 +21,7 @@ checks the script itself on the CPU::
 
     python tools/verl_timing.py
     python tools/verl_timing.py --settings   # also the masked one pass under other launch settings
+    python tools/verl_timing.py --rows       # GAE + whitening under row-kernel settings, more shapes
     TRITON_INTERPRET=1 python tools/verl_timing.py --dry   # tiny shapes on the CPU
 
 What it prints: the copy bandwidth and launch floor, per shape the errors and a JSON line of
@@ -124,6 +125,49 @@ def time_settings(r, v, m, truth_returns):
             print(f"  {label:32s} {str(mask.dtype):12s} {us:7.1f} us  returns error {err:.1e}  ran {ran}", flush=True)
 
 
+ROW_SHAPES = [(256, 4096), (64, 32768), (512, 2048), (1024, 1024), (128, 2048), (32, 1024), (64, 8192),
+              (16, 32768), (8, 4096)]
+# (BLOCK_T, warps, look-back): a look-back of 0 walks each row in one program (one_pass.ROW_TILES)
+ROW_VARIANTS = [(1024, 4, 0), (2048, 4, 0), (2048, 8, 0), (4096, 8, 0), (4096, 16, 0),
+                (512, 2, 4), (512, 4, 4), (1024, 4, 1), (1024, 4, 4), (1024, 8, 4),
+                (2048, 4, 4), (2048, 8, 2), (2048, 8, 8), (4096, 16, 4)]
+
+
+def time_rows():
+    """GAE + whitening (verl's estimator) under each of ``ROW_VARIANTS`` at ``ROW_SHAPES``,
+    beside the shipped table and the two lanes; device µs and the ratio to the floor."""
+    bw = floors.measure(dev, quick=True)
+    print(f"copy bandwidth {bw.bandwidth / 1e9:.0f} GB/s", flush=True)
+    results = {}
+    for B, T in ROW_SHAPES if not DRY else [(4, 64)]:
+        r, v, m = make(B, T)
+        truth = verl_loops.gae(r.double(), v.double(), m, GAMMA, LAM)[1]
+        floor = B * T * (r.element_size() + v.element_size() + m.element_size() + 8) / bw.bandwidth
+        fn = lambda: verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)  # noqa: E731
+        settings = {"table": None, "lanes": ()}
+        settings.update({f"{'chain' if lb else 'walk'} t{t} w{w}" + (f" lb{lb}" if lb else ""): ((1 << 30, t, w, lb),)
+                         for t, w, lb in ROW_VARIANTS if t <= T or DRY})
+        for label, tiles in settings.items():
+            saved = one_pass.ROW_TILES, one_pass.ROW_MIN_T
+            if tiles is not None:
+                one_pass.ROW_TILES, one_pass.ROW_MIN_T = tiles, 1
+            try:
+                err = error(fn()[1], truth)
+                us = 1e6 * device(fn)[0] if err < 1e-5 else float("nan")
+            finally:
+                one_pass.ROW_TILES, one_pass.ROW_MIN_T = saved
+            results[(f"{B}x{T}", label)] = (us, us / (1e6 * floor))
+            print(f"  {B}x{T} {label:22s} {us:7.1f} us  x{us / (1e6 * floor):.2f} floor  returns error {err:.1e}",
+                  flush=True)
+    labels = list(dict.fromkeys(label for _, label in results))
+    shapes = list(dict.fromkeys(shape for shape, _ in results))
+    print("\n| setting | " + " | ".join(shapes) + " |\n|---|" + "---|" * len(shapes))
+    for label in labels:
+        cells = [results.get((shape, label)) for shape in shapes]
+        print(f"| {label} | " + " | ".join("-" if c is None else f"{c[0]:.1f} ({c[1]:.2f})" for c in cells) + " |")
+    return 0
+
+
 class lanes:
     """GAE's one pass as two lanes of the scan engine (``one_pass.ROW_TILES`` empty), the
     kernel that rows contiguous in time ran before the row kernel."""
@@ -214,4 +258,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(time_rows() if "--rows" in sys.argv else main())

@@ -3,6 +3,7 @@ import triton
 import triton.language as tl
 
 from ..._triton.primitives import load, load_coef, load_flag, scalar, step_terms, store, value_after
+from ..._triton.chained_scan import _chain_carry
 from ..._triton.whiten import SUM_SLOTS, add_sums
 
 
@@ -118,6 +119,91 @@ def _then_two(e_later, ke_later, w_later, kw_later, e_now, ke_now, w_now, kw_now
     return e_now + ke_now * e_later, ke_now * ke_later, w_now + kw_now * w_later, kw_now * kw_later
 
 
+#: the steps a thread loads together in the row kernels (flipped in registers, see _row_scan)
+ROW_RUN = tl.constexpr(4)
+
+
+@triton.jit
+def _row_steps(base, BLOCK_T: tl.constexpr):
+    """A tile's steps from ``base``, as ``[BLOCK_T / ROW_RUN, ROW_RUN]`` runs of consecutive
+    steps: the runs from the tile's end, each run in order (so that loads are vectors)."""
+    run = tl.arange(0, BLOCK_T // ROW_RUN)[:, None]
+    return base + (BLOCK_T // ROW_RUN - 1 - run) * ROW_RUN + tl.arange(0, ROW_RUN)[None, :]
+
+
+@triton.jit
+def _backward_in_time(x, BLOCK_T: tl.constexpr):
+    """A tile laid out by :func:`_row_steps` as one axis that runs back in time: each run
+    flipped (inside a thread's registers) and the runs joined."""
+    return tl.reshape(tl.flip(x, 1), [BLOCK_T])
+
+
+@triton.jit
+def _forward_in_time(x, BLOCK_T: tl.constexpr):
+    """The inverse of :func:`_backward_in_time`: back to :func:`_row_steps`' layout."""
+    return tl.flip(tl.reshape(x, [BLOCK_T // ROW_RUN, ROW_RUN]), 1)
+
+
+@triton.jit
+def _row_scan(ins, s_row, scalars, row, t, inside, ACC: tl.constexpr, BLOCK_T: tl.constexpr):
+    """One tile of row ``row``, steps ``t`` (:func:`_row_steps`), both scans over it from its
+    end alone: ``(e, k_e, w, k_w)`` along an axis that runs back in time (step ``i`` of it is
+    ``i`` steps before the tile's last), with ``E = e + k_e · E_after`` and ``W = w + k_w ·
+    W_after`` (``E_after``, ``W_after``: the states after the tile); the tile's values and
+    mask as loaded. Element ``BLOCK_T − 1`` composes the whole tile.
+
+    The scan is a forward one: Triton lowers ``reverse=True`` with about 2.7 times the warp
+    shuffles, which made the reverse scan most of the kernel's time."""
+    R, V, TERM, MASK, BOOT = ins
+    gamma_lmbda, inv_minus_1, inv = scalars
+    r = tl.load(R + row * s_row[0] + t, mask=inside, other=0).to(ACC)
+    v = tl.load(V + row * s_row[1] + t, mask=inside, other=0).to(ACC)
+    kept = tl.load(MASK + row * s_row[3] + t, mask=inside, other=0) != 0
+    k_e = tl.where(kept, scalar(gamma_lmbda, ACC), 1)
+    if TERM is not None:
+        ended = tl.load(TERM + row * s_row[2] + t, mask=inside, other=0) != 0
+        k_e = tl.where(kept & ended, 0, k_e)
+    e = tl.where(kept, r + scalar(inv_minus_1, ACC) * v, 0)
+    w = tl.where(kept, v, 0)
+    series = (_backward_in_time(e, BLOCK_T), _backward_in_time(k_e, BLOCK_T), _backward_in_time(w, BLOCK_T),
+              _backward_in_time((~kept).to(ACC), BLOCK_T))
+    e, k_e, w, k_w = tl.associative_scan(series, 0, _then_two)
+    return e, k_e, w, k_w, v, kept
+
+
+@triton.jit
+def _row_emit(outs, s_row, row, t, inside, adv, v, kept, count, total, squares, BLOCK_T: tl.constexpr):
+    """Write a tile's ``advantages`` (along :func:`_row_scan`'s axis) and ``returns =
+    advantages + V``; with ``STATS``, add the kept advantages to the running count, sum and
+    sum of squares."""
+    ADV, RET, STATS = outs
+    adv = _forward_in_time(adv, BLOCK_T)
+    tl.store(ADV + row * s_row[5] + t, adv, mask=inside)
+    tl.store(RET + row * s_row[6] + t, adv + v, mask=inside)
+    if STATS is not None:
+        counted = kept & inside
+        kept_adv = tl.where(counted, adv, 0)
+        count += counted.to(tl.int32)
+        total += kept_adv
+        squares += kept_adv * kept_adv
+    return count, total, squares
+
+
+@triton.jit
+def _row_sums(STATS, slot, count, total, squares):
+    """The running count, sum and sum of squares added to slot ``slot`` of ``STATS``."""
+    if STATS is not None:
+        tl.atomic_add(STATS + slot, tl.sum(count).to(tl.float64), sem="relaxed")
+        tl.atomic_add(STATS + SUM_SLOTS + slot, tl.sum(total).to(tl.float64), sem="relaxed")
+        tl.atomic_add(STATS + 2 * SUM_SLOTS + slot, tl.sum(squares).to(tl.float64), sem="relaxed")
+
+
+@triton.jit
+def _whole_tile(x, BLOCK_T: tl.constexpr):
+    """Element ``BLOCK_T − 1`` of a scanned tile (its whole composition), as a ``[1]`` tensor."""
+    return tl.sum(tl.where(tl.arange(0, BLOCK_T) == BLOCK_T - 1, x, 0), axis=0, keep_dims=True)
+
+
 @triton.jit
 def masked_rows_kernel(ins, outs, s_row, T, scalars, ACC: tl.constexpr, BLOCK_T: tl.constexpr):
     """Row ``b``: ``E_t = m_t (r_t + (1/λ − 1) V_t) + (m_t γλν_t + 1 − m_t) E_{t+1}`` and
@@ -125,47 +211,67 @@ def masked_rows_kernel(ins, outs, s_row, T, scalars, ACC: tl.constexpr, BLOCK_T:
     (or 0); ``advantages = E − W/λ``, ``returns = advantages + V``. ``s_row``: each input's
     row stride (steps are consecutive); with ``STATS``, the kept advantages' count, sum and
     sum of squares added once per row (as ``add_sums`` adds them)."""
-    R, V, TERM, MASK, BOOT = ins
-    ADV, RET, STATS = outs
-    gamma_lmbda, inv_minus_1, inv = scalars
+    BOOT = ins[4]
+    inv = scalars[2]
     row = tl.program_id(0).to(tl.int64)
     w_after = tl.zeros([1], ACC)
     if BOOT is not None:
         w_after += tl.load(BOOT + row * s_row[4] + tl.arange(0, 1)).to(ACC)
     e_after = w_after * scalar(inv, ACC)
-    step = tl.arange(0, BLOCK_T)
     n_tiles = tl.cdiv(T, BLOCK_T)
-    count = tl.zeros([BLOCK_T], tl.int32)
-    total = tl.zeros([BLOCK_T], ACC)
-    squares = tl.zeros([BLOCK_T], ACC)
+    count = tl.zeros([BLOCK_T // ROW_RUN, ROW_RUN], tl.int32)
+    total = tl.zeros([BLOCK_T // ROW_RUN, ROW_RUN], ACC)
+    squares = tl.zeros([BLOCK_T // ROW_RUN, ROW_RUN], ACC)
     for k in range(n_tiles):
-        t = (n_tiles - 1 - k) * BLOCK_T + step
+        t = _row_steps((n_tiles - 1 - k) * BLOCK_T, BLOCK_T)
         inside = t < T
-        r = tl.load(R + row * s_row[0] + t, mask=inside, other=0).to(ACC)
-        v = tl.load(V + row * s_row[1] + t, mask=inside, other=0).to(ACC)
-        kept = tl.load(MASK + row * s_row[3] + t, mask=inside, other=0) != 0
-        k_e = tl.where(kept, scalar(gamma_lmbda, ACC), 1)
-        if TERM is not None:
-            ended = tl.load(TERM + row * s_row[2] + t, mask=inside, other=0) != 0
-            k_e = tl.where(kept & ended, 0, k_e)
-        e = tl.where(kept, r + scalar(inv_minus_1, ACC) * v, 0)
-        w = tl.where(kept, v, 0)
-        e, k_e, w, k_w = tl.associative_scan((e, k_e, w, (~kept).to(ACC)), 0, _then_two, reverse=True)
+        e, k_e, w, k_w, v, kept = _row_scan(ins, s_row, scalars, row, t, inside, ACC, BLOCK_T)
         e += k_e * e_after
         w += k_w * w_after
         adv = e - w * scalar(inv, ACC)
-        tl.store(ADV + row * s_row[5] + t, adv, mask=inside)
-        tl.store(RET + row * s_row[6] + t, adv + v, mask=inside)
-        if STATS is not None:
-            counted = kept & inside
-            kept_adv = tl.where(counted, adv, 0)
-            count += counted.to(tl.int32)
-            total += kept_adv
-            squares += kept_adv * kept_adv
-        e_after = tl.sum(tl.where(step == 0, e, 0), axis=0, keep_dims=True)
-        w_after = tl.sum(tl.where(step == 0, w, 0), axis=0, keep_dims=True)
-    if STATS is not None:
-        slot = tl.program_id(0) % SUM_SLOTS
-        tl.atomic_add(STATS + slot, tl.sum(count).to(tl.float64), sem="relaxed")
-        tl.atomic_add(STATS + SUM_SLOTS + slot, tl.sum(total).to(tl.float64), sem="relaxed")
-        tl.atomic_add(STATS + 2 * SUM_SLOTS + slot, tl.sum(squares).to(tl.float64), sem="relaxed")
+        count, total, squares = _row_emit(outs, s_row, row, t, inside, adv, v, kept, count, total, squares,
+                                          BLOCK_T)
+        e_after = _whole_tile(e, BLOCK_T)
+        w_after = _whole_tile(w, BLOCK_T)
+    _row_sums(outs[2], tl.program_id(0) % SUM_SLOTS, count, total, squares)
+
+
+@triton.jit
+def masked_rows_chained_kernel(ins, outs, s_row, T, scalars, WORDS, B, n_chunks, ACC: tl.constexpr,
+                               BLOCK_T: tl.constexpr, LOOKBACK: tl.constexpr, TEST_LOOKBACK: tl.constexpr = False):
+    """:func:`masked_rows_kernel` with each row split into ``n_chunks`` tiles of ``BLOCK_T``
+    steps, one per program, chained from the row's end by the engine's decoupled look-back
+    on words (``chained_scan``): a row's ``E`` and ``W`` are two links, ``2b`` and ``2b + 1``,
+    of each position. A ticket gives each program its position ``j`` (tiles from the end)
+    and row, in the order programs start, so a program waits only on running ones. The
+    row's last tile (``j = 0``) starts from the bootstrap value, and publishes its states.
+    ``WORDS``: ``n_chunks · 2B`` int64 words, then an int32 ticket counter, all bits set at
+    launch."""
+    BOOT = ins[4]
+    counter = (WORDS + n_chunks * 2 * B).to(tl.pointer_type(tl.int32), bitcast=True)
+    ticket = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu") + 1  # the counter starts at -1
+    j = ticket // B
+    row = (ticket % B).to(tl.int64)
+    link = (2 * (ticket % B) + tl.arange(0, 2))[None, :]
+    first_link = link % 2 == 0
+    ready = link >= 0
+    t = _row_steps((n_chunks - 1 - j) * BLOCK_T, BLOCK_T)
+    inside = t < T
+    e, k_e, w, k_w, v, kept = _row_scan(ins, s_row, scalars, row, t, inside, ACC, BLOCK_T)
+    if BOOT is not None:
+        w_end = tl.load(BOOT + row * s_row[4] + tl.arange(0, 1), mask=tl.arange(0, 1) + j == 0, other=0).to(ACC)
+        e += k_e * (w_end * scalar(scalars[2], ACC))
+        w += k_w * w_end
+    out_a = tl.where(first_link, _whole_tile(e, BLOCK_T)[:, None], _whole_tile(w, BLOCK_T)[:, None])
+    out_k = tl.where(first_link, _whole_tile(k_e, BLOCK_T)[:, None], _whole_tile(k_w, BLOCK_T)[:, None])
+    carry, _, _ = _chain_carry(WORDS, WORDS, B, j, row, n_chunks, 2 * B, link, link * 0, link, ready, out_a, out_k,
+                               None, (0, 0, 0), ACC, 2, TEST_LOOKBACK, LOOKBACK, "words")
+    e_after = tl.sum(tl.where(first_link, carry, 0), axis=1)
+    w_after = tl.sum(tl.where(first_link, 0, carry), axis=1)
+    e += k_e * e_after
+    w += k_w * w_after
+    adv = e - w * scalar(scalars[2], ACC)
+    zero = tl.zeros([BLOCK_T // ROW_RUN, ROW_RUN], tl.int32)
+    count, total, squares = _row_emit(outs, s_row, row, t, inside, adv, v, kept, zero, zero.to(ACC), zero.to(ACC),
+                                      BLOCK_T)
+    _row_sums(outs[2], tl.program_id(0) % SUM_SLOTS, count, total, squares)

@@ -8,10 +8,11 @@ batch axis that read the same inputs, and the emit step writes ``Â = E − W/λ
 kernel kind applies, each input is read from memory once, and the whitening's sums can
 be gathered on the way (``stats``).
 
-Rows contiguous in time (``[B, T]`` responses) with a scalar ``γ`` and as many steps as
-``ROW_TILES`` and ``ROW_MIN_T`` allow run the same two scans in a kernel of their own
-(``kernel.masked_rows_kernel``): one program per row, both scans in one
-``tl.associative_scan`` of four series, tile after tile from the row's end.
+Rows contiguous in time (``[B, T]`` responses) with a scalar ``γ`` and at least
+``ROW_MIN_T`` steps run the same two scans in a kernel of their own: both scans in one
+``tl.associative_scan`` of four series, each tile walked from its end, the tiles of a row
+walked by one program (``kernel.masked_rows_kernel``) or, for long rows, one per program
+and chained (``kernel.masked_rows_chained_kernel``), as ``ROW_TILES`` says.
 
 Used on the Triton path for a scalar ``λ ≥ LAMBDA_MIN`` (below it ``W/λ`` would cost
 precision), a layout with one batch group, and no ``exact``; otherwise, or if the
@@ -30,16 +31,21 @@ from ..._inputs import Layout, plan_layout
 from ..._spec import tensor_signature
 
 LAMBDA_MIN = 0.5
-#: Rows contiguous in time of ``ROW_MIN_T`` steps or more run one program per row, in tiles
-#: of ``BLOCK_T`` steps on ``warps`` warps: ``(T, BLOCK_T, warps)``, the first entry whose
-#: ``T`` holds the rows; longer or shorter rows run as two lanes of the scan engine. On an
-#: H200 (GAE alone, int64 masks, bf16 values, device time; docs/benchmarks.md) the rows
-#: took 11.3 against 14.2 µs at 256 x 4096, 11.0 against 12.3 at 512 x 2048 and 1024 x 1024,
-#: 3.4 against 5.8 at 32 x 1024, 4.7 against 4.8 at 128 x 2048; they lost at 512 steps
-#: (17.6 against 12.2 µs at 2048 x 512), where the engine puts several rows in a program,
-#: and at 32768 steps with 64 rows, whose tiles one program walks one after the other.
-ROW_TILES = ((1024, 1024, 4), (4096, 2048, 4))
+#: Rows contiguous in time of ``ROW_MIN_T`` steps or more run in tiles of ``BLOCK_T`` steps on
+#: ``warps`` warps: ``(T, BLOCK_T, warps, look-back)``, the first entry whose ``T`` holds the
+#: rows. A look-back of 0: one program walks each row; above 0: one program per tile,
+#: chained along the row by a look-back of that many words per round trip. Shorter rows
+#: run as two lanes of the scan engine. On an H200 (GAE + whitening, int64 masks, bf16
+#: values, device µs; ``tools/verl_timing.py --rows``): walked 2048-step tiles took 11.9 at
+#: 256 x 4096 (chained 15.2, lanes 21.9) and 12.3 at 512 x 2048; chained 1024-step tiles
+#: 26.8 at 64 x 32768 (walked 49.1, lanes 41.7), 13.3 at 16 x 32768 and 11.8 at 64 x 8192
+#: (lanes 17.9 and 15.4). Rows of 512 steps lost (17.6 against 12.2 µs at 2048 x 512), where
+#: the engine puts several rows in a program.
+ROW_TILES = ((1024, 1024, 4, 0), (4096, 2048, 4, 0), (2**31, 1024, 4, 1))
 ROW_MIN_T = 1024
+#: tests only: chained tiles at odd positions publish no state, so that the look-back must
+#: compose published pairs (Triton's interpreter runs programs one after another)
+ROW_TEST_LOOKBACK = False
 _failed: list = []
 _rows_failed: list = []
 _row_plans: dict = {}
@@ -104,12 +110,13 @@ def _run(call, lanes, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda, 
 
 
 def _row_tile(T: int):
-    return next(((block_t, warps) for most, block_t, warps in ROW_TILES if T <= most), None)
+    return next((tuple(tile) for most, *tile in ROW_TILES if T <= most), None)
 
 
 def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
-    """The masked GAE with one program per row (``kernel.masked_rows_kernel``), or ``None``
-    where the rows are not contiguous in time or too long (``ROW_TILES``)."""
+    """The masked GAE over rows contiguous in time (``kernel.masked_rows_kernel``, or its
+    chained form), or ``None`` where the rows are not contiguous in time, their length has
+    no entry in ``ROW_TILES``, or the chained form would need float64 words."""
     from ..._triton import launch
     from . import kernel
 
@@ -117,7 +124,10 @@ def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
     series = (r, v, term, mask)
     if tile is None or layout.T < ROW_MIN_T or any(x is not None and layout.strides(x)[0] != 1 for x in series):
         return None
+    block_t, warps, lookback = tile
     compute = call.compute_dtype
+    if lookback and compute != torch.float32:
+        return None  # a look-back word holds two float32 values
     outs = call.new_outputs(2)
     if any(layout.strides(o)[0] != 1 for o in outs):
         return None
@@ -130,26 +140,33 @@ def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
         layout.strides(o)[2] for o in outs)
     inv = float(np.float32(1.0 / lmbda)) if compute == torch.float32 else 1.0 / lmbda
     scalars = (launch.split(gamma_value * lmbda), launch.split(inv - 1.0), launch.split(inv))
-    args = (ins, outs + (stats,), s_row, layout.T, scalars)
-    signature = (layout.T, layout.B, s_row, stats is not None, r.device.index,
+    signature = (layout.T, layout.B, s_row, stats is not None, r.device.index, tile,
                  tuple(tensor_signature(x) for x in ins + outs))
-    block_t, warps = tile
-    _launch_rows(signature, (layout.B, 1, 1), args, dict(ACC=launch._acc_dtype(compute), BLOCK_T=block_t), warps,
-                 r.device.index)
+    constexprs = dict(ACC=launch._acc_dtype(compute), BLOCK_T=block_t)
+    if lookback:
+        n_chunks = -(-layout.T // block_t)
+        # a word per tile, row and scan (E, W), then the ticket counter: every bit set
+        words = torch.full((n_chunks * 2 * layout.B + 1,), -1, dtype=torch.int64, device=r.device)
+        args = (ins, outs + (stats,), s_row, layout.T, scalars, words, layout.B, n_chunks)
+        _launch_rows(signature, kernel.masked_rows_chained_kernel, (n_chunks * layout.B, 1, 1), args,
+                     dict(constexprs, LOOKBACK=lookback, TEST_LOOKBACK=ROW_TEST_LOOKBACK), warps, r.device.index)
+    else:
+        args = (ins, outs + (stats,), s_row, layout.T, scalars)
+        _launch_rows(signature, kernel.masked_rows_kernel, (layout.B, 1, 1), args, constexprs, warps,
+                     r.device.index)
     return outs
 
 
-def _launch_rows(signature, grid, args, constexprs, warps, device_index) -> None:
+def _launch_rows(signature, fn, grid, args, constexprs, warps, device_index) -> None:
     """Through Triton's ``JITFunction`` the first time for a signature, then the compiled
     kernel's launcher directly, as ``LaunchPlan`` does."""
     from ..._triton import launch
-    from . import kernel
 
     compiled = _row_plans.get(signature)
     if compiled is not None:
         launch.direct_launch(compiled, grid, device_index, args)
         return
-    compiled = launch.first_launch(kernel.masked_rows_kernel, grid, args, constexprs, warps)
+    compiled = launch.first_launch(fn, grid, args, constexprs, warps)
     if compiled is not None:
         if len(_row_plans) >= 256:
             _row_plans.clear()
