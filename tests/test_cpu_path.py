@@ -1,5 +1,7 @@
 """The CPU loop's machinery: its parallel version, huge-page outputs and cached runners change
 no bit of any result (each environment's steps still run in order on one thread)."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -92,8 +94,7 @@ def test_a_replayed_loop_call_is_the_loop_on_the_new_arguments(op, layout):
     other_gamma = make_problem(op, (12, 5), layout=layout, seed=2, terminated="random", gamma=0.5)
     _run_on_cpu(first)
     replays = [r.replay for r in _call._CPU_RUNNERS.values()]
-    if op not in ("vtrace", "retrace"):  # their functions take exp() first: not replayable
-        assert all(replays), replays
+    assert all(replays), replays
     warm = [_run_on_cpu(p) for p in (second, other_gamma)]
     _call._CPU_RUNNERS.clear()
     _fast._CACHE.clear()
@@ -102,6 +103,42 @@ def test_a_replayed_loop_call_is_the_loop_on_the_new_arguments(op, layout):
         assert all(bitwise_equal(a, b) for a, b in zip(w, c))
     if op not in ("episodic_cumsum", "linear_scan"):  # the ops with a float γ: the replay did not keep the first γ
         assert not all(bitwise_equal(a, b) for a, b in zip(warm[0], warm[1]))
+
+
+def _exp_in_a_loop(x):
+    from numba import njit
+
+    @njit
+    def loop(x, out):
+        for i in range(x.shape[0]):
+            out[i] = _cpu.step_exp(x[i])
+
+    out = np.empty_like(x)
+    loop(x, out)
+    return out
+
+
+def test_step_exp_float32_is_within_one_ulp():
+    """The loops' float32 ``exp`` (``_cpu._exp_float32``): within 1 ulp of the exact value over
+    the whole normal range, and torch's values at the edges (NaN, ±inf, overflow, underflow)."""
+    sweep = np.concatenate([np.linspace(-87.3, 88.72, 2_000_001, dtype=np.float32),
+                            np.random.default_rng(0).standard_normal(100_000).astype(np.float32),
+                            np.linspace(-1e-3, 1e-3, 10_001, dtype=np.float32)])
+    got = _exp_in_a_loop(sweep).astype(np.float64)
+    exact = np.exp(sweep.astype(np.float64))
+    ulp = np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got - exact) / ulp) <= 1.0
+    edges = np.array([np.nan, np.inf, -np.inf, 88.7228, 88.73, 100.0, -87.4, -103.0, -103.98, -104.5, -1e30,
+                      1e30, 0.0, -0.0], dtype=np.float32)
+    want = torch.exp(torch.from_numpy(edges)).numpy()
+    got = _exp_in_a_loop(edges)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-7, atol=2e-45)  # subnormals to within their last bit
+
+
+def test_step_exp_float64_is_libms():
+    x = np.random.default_rng(1).standard_normal(1000) * 50
+    np.testing.assert_array_equal(_exp_in_a_loop(x), [math.exp(v) for v in x])
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])

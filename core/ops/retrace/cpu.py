@@ -1,11 +1,13 @@
-"""Retrace(λ) as a compiled CPU loop."""
+"""Retrace(λ) as a compiled CPU loop. The forward loop takes ``exp(log ρ_t)`` at each step
+(``step_exp``); the backward loop, which does not vectorise, reads it from an array made
+before (``exp``)."""
 import numpy as np
 
-from ..._cpu import exp, njit, prange, step_coefs, step_ends
+from ..._cpu import exp, njit, prange, step_coefs, step_ends, step_exp
 
 
 @njit
-def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda,
+def retrace_loop(r, q, e, log_rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda,
                  c_clip, one, q_ret, adv):
     T, Bh, Bl = r.shape
     zero = one - one
@@ -26,7 +28,7 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
                 nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
                 if not last_step:
-                    c_ahead = min(rhos[t + 1, i, j], c_clip)
+                    c_ahead = min(step_exp(log_rhos[t + 1, i, j]), c_clip)
                     q_ahead = q[t + 1, i, j]
                     last = q_ret[t + 1, i, j]
                 else:
@@ -43,8 +45,7 @@ def retrace_loop(r, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma
 def run(layout, arrays, scalars, outs, dtype):
     r, q, e, log_rho, ne, boot, term, trunc, g, lam = arrays
     gamma, lmbda, gamma_lmbda, c_clip = scalars
-    rhos = exp(log_rho)
-    retrace_loop(r, q, e, rhos, ne, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda),
+    retrace_loop(r, q, e, log_rho, ne, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda),
                  dtype(c_clip), dtype(1), *outs)
 
 

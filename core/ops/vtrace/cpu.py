@@ -1,11 +1,13 @@
-"""V-trace as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
+"""V-trace as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py). The forward loop
+takes ``ρ_t = exp(log ρ_t)`` at each step (``step_exp``); the backward loop, which does not
+vectorise, reads it from an array made before (``exp``)."""
 import numpy as np
 
-from ..._cpu import exp, njit, prange, step_ends
+from ..._cpu import exp, njit, prange, step_ends, step_exp
 
 
 @njit
-def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda,
+def vtrace_loop(r, v, log_rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda,
                 rho_clip, c_clip, pg_rho_clip, one, vs, pg):
     T, Bh, Bl = r.shape
     zero = one - one
@@ -33,7 +35,7 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
                 lam = lmbda
                 if lmbdas is not None:
                     lam = lmbdas[t, i, j]
-                rho = rhos[t, i, j]
+                rho = step_exp(log_rhos[t, i, j])
                 rho_bar = min(rho, rho_clip)
                 c = lam * min(rho, c_clip)
                 delta = rho_bar * (r[t, i, j] + g * vn * nu - v[t, i, j])
@@ -50,8 +52,7 @@ def vtrace_loop(r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lm
 def run(layout, arrays, scalars, outs, dtype):
     r, v, log_rho, nv, boot, term, trunc, g, lam = arrays
     gamma, lmbda, rho_clip, c_clip, pg_rho_clip = scalars
-    rhos = exp(log_rho)
-    vtrace_loop(r, v, rhos, nv, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda),
+    vtrace_loop(r, v, log_rho, nv, boot, term, trunc, g, lam, dtype(gamma), dtype(lmbda),
                 dtype(rho_clip), dtype(c_clip), dtype(pg_rho_clip), dtype(1), *outs)
 
 
