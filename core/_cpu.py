@@ -121,19 +121,6 @@ def step_ends(term, trunc, t, i, j, last_step, zero, one):
     return nu, kappa
 
 
-def exp(x: np.ndarray) -> np.ndarray:
-    """``exp(x)`` as a new C-ordered array, for the backward loops, which do not vectorise
-    (:func:`step_exp` inside them doubled their time). torch's ``exp``: it ran at twice the
-    speed of numpy's float32 one on one core of an AVX2 CPU, and spreads large arrays over
-    its threads. A huge ``x`` gives ``inf``, as in the kernels."""
-    if not x.flags.writeable:  # torch would warn that it cannot wrap it safely
-        with np.errstate(over="ignore"):
-            return np.exp(x)
-    out = np.empty(x.shape, x.dtype)
-    torch.exp(torch.from_numpy(x), out=torch.from_numpy(out))
-    return out
-
-
 def step_exp(x):
     """``exp(x)`` at one element, in ``x``'s dtype. Under numba, float32 runs
     :func:`_exp_float32`, which the loop vectoriser turns into SIMD instructions; float64
@@ -154,9 +141,10 @@ _HALF, _ONE = np.float32(0.5), np.float32(1.0)
 
 def _exp_float32(x):
     """``exp(x)`` for float32 within 1 ulp of the exact value (0 below about −103.9, inf
-    above about 88.72, NaN for NaN), with no call and no branch, so that loops over
-    environments vectorise: numba's ``exp`` is a call into libm per element, 6 times
-    slower than this in a loop, and pip's llvmlite has no vector maths library."""
+    above about 88.72, NaN for NaN), in arithmetic alone, so that LLVM inlines it and loops
+    over environments vectorise: numba's ``exp`` is a call into libm per element, 6 times
+    slower than this in a loop, and pip's llvmlite has no vector maths library. (Inlined by
+    numba instead, ``overload(inline="always")``, it trips numba's SSA checks.)"""
     c = min(max(x, _EXP_LO), _EXP_HI)
     n = np.floor(c * _LOG2E + _HALF)
     r = c - n * _LN2_HI - n * _LN2_LO
@@ -187,7 +175,7 @@ if HAVE_NUMBA:
 
         return types.float32(word), codegen
 
-    @overload(step_exp, inline="always")
+    @overload(step_exp)
     def _step_exp(x):
         if x == types.float32:
             return _exp_float32
@@ -355,6 +343,12 @@ def _view_function(x, geometry: tuple, kind: str, compute_dtype: torch.dtype):
         a = y if type(y) is np.ndarray else (y.detach() if y.requires_grad else y).numpy()
         a = np.lib.stride_tricks.as_strided(a, shape, byte_strides)
         return a.view(np.uint8) if as_uint8 else a
+    if len(shape) == 3 and shape[2] > 1 and strides[2] == 0:
+        # broadcast along environments (the gradient of out.sum() or out.mean(), a flag per
+        # step): numba compiles a loop that vectorises over environments only for arrays in
+        # C order, and the backward loops ran 2-4 times slower on such a gradient than on a
+        # C-ordered copy of it, the copy included
+        return (lambda y: np.ascontiguousarray(strided(y))), False
     return strided, True
 
 
@@ -471,8 +465,8 @@ class _LoopCall:
     Most ops' CPU functions (``OpSpec.cpu``) only convert the scalars and pass the views they
     are handed to one loop. Noting that call once (its loop, and which argument is which
     view) lets repeat calls go from the tensors to the loop without the op's Python between.
-    A function that makes arrays of its own (Retrace's from an action table, the backward
-    loops' ``exp``), or calls more than one loop, is not noted, and runs as it is every time."""
+    A function that makes arrays of its own (Retrace's from an action table), or calls more
+    than one loop, is not noted, and runs as it is every time."""
 
     __slots__ = ("loop", "template", "slots", "scalars")
 

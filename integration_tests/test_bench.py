@@ -17,6 +17,7 @@ import torch
 
 from rlscan import reference
 from rlscan.bench import alternatives, cases, check, doubling, loops
+from rlscan.bench import host as host_bench
 from rlscan.bench.measure import CompileLedger, Settings, measure
 
 OPS = ("gae", "vtrace", "retrace", "eligibility_traces", "linear_scan")
@@ -216,6 +217,8 @@ def test_host_section_runs_at_tiny_sizes(tmp_path):
     for name in cases.CASES:
         assert cpu["large"][name]["rel_err_vs_numpy_loop"] < 1e-4, name  # with fresh outputs and into out=
         assert cpu["large"][name]["rlscan_out_us"] > 0 and cpu["large"][name]["out_over_floor"] > 0, name
+    for name in host_bench.BACKWARD_OPS:
+        assert cpu["large_backward"][name]["fwd_bwd_of_sum_us"] > cpu["large_backward"][name]["fwd_us"] > 0, name
     if importlib.util.find_spec("stable_baselines3") is not None:
         assert all(r["bitwise"] for r in cpu["sb3"].values())
     assert "host · autograd" in proc.stdout

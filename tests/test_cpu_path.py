@@ -189,3 +189,29 @@ def test_a_remembered_view_keeps_no_memory_alive():
         got = rlscan.gae(r2, v, bootstrap_value=last)
     want = rlscan.reference.gae(r2.double(), v.double(), bootstrap_value=last.double())
     np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_an_argument_broadcast_along_environments_is_read_in_c_order():
+    """The gradient of ``out.sum()`` has stride 0: the loop reads a C-ordered copy (numba's loops
+    vectorise over environments only on such arrays), made anew for each call."""
+    view, aliases = _cpu._view_function(torch.ones(()).expand(6, 40), ((6, 1, 40), (0, 0, 0)), "series",
+                                        torch.float32)
+    a = view(torch.full((), 2.0).expand(6, 40))
+    assert not aliases and a.flags.c_contiguous and a.shape == (6, 1, 40) and (a == 2).all()
+    view, aliases = _cpu._view_function(torch.ones(6, 1).expand(6, 40), ((6, 1, 40), (1, 0, 0)), "flag",
+                                        torch.float32)
+    assert not aliases and view(torch.arange(6.0)[:, None].expand(6, 40))[:, 0, 7].tolist() == list(range(6))
+
+
+@pytest.mark.parametrize("op", ["gae", "vtrace", "retrace"])
+def test_a_broadcast_gradient_gives_the_dense_gradients_bits(op):
+    from rlscan.bench import cases
+
+    case = cases.CASES[op]
+    d = cases.make_inputs(case, 40, 24, torch.float32, "tn", torch.device("cpu"))
+    leaves = [d[k].requires_grad_() for k in case.series if d[k].is_floating_point()]
+    with rlscan.use_backend("cpu"):
+        outs = cases.outputs_of(case.call(rlscan, d))
+        broadcast = torch.autograd.grad(sum(o.sum() for o in outs), leaves, retain_graph=True)
+        dense = torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs])
+    assert all(bitwise_equal(a, b) for a, b in zip(broadcast, dense))

@@ -15,7 +15,8 @@
   ``compute_returns_and_advantage`` against rlscan's buffer (bit for bit checked), and every
   op at a large shape against the numpy loop and the copy-bandwidth floor, with fresh outputs
   and into ``out=`` buffers written before (fresh memory costs the kernel's page zeroing,
-  which a copy into a used buffer does not pay).
+  which a copy into a used buffer does not pay), and GAE's, V-trace's and Retrace's
+  forward + backward there.
 
 Every time is the best of ``repeat`` rounds of back-to-back calls (wall clock, one
 synchronize per round), the rounds of the calls compared interleaved. Every ratio divides
@@ -295,6 +296,7 @@ def cpu_section(p, large: tuple, repeat: int, quick: bool) -> dict:
         p.line(f"host · cpu per call at 8×16 (the overhead): torch {call * 1e6:.1f} µs, numpy {call_np * 1e6:.1f} µs")
         out["sb3"] = _sb3_ratios(p, repeat, sync)
         out["large"] = _large(p, large, repeat, sync, fl)
+        out["large_backward"] = _large_backward(p, large, repeat, sync)
     return out
 
 
@@ -346,6 +348,42 @@ def _large(p, shape: tuple, repeat: int, sync, fl) -> dict:
                f"{t_rl / floor:.2f}× the copy floor; into out= buffers {t_out * 1e3:.2f} ms, "
                f"{t_out / floor:.2f}× (rel diff {err:.0e})")
         del d, dn, got, want, given, into
+    return out
+
+
+BACKWARD_OPS = ("gae", "vtrace", "retrace")
+
+
+def _large_backward(p, shape: tuple, repeat: int, sync) -> dict:
+    """Forward + backward of :data:`BACKWARD_OPS` at ``shape``, against the no-grad forward:
+    the gradient of ``sum()`` of the outputs (broadcast, as a loss's mean or sum hands it
+    down), and a dense gradient."""
+    import rlscan
+
+    N, T = shape
+    out = {"shape": [N, T]}
+    for name in BACKWARD_OPS:
+        case = cases.CASES[name]
+        d = cases.make_inputs(case, T, N, torch.float32, "tn", torch.device("cpu"))
+        leaves = [d[k].requires_grad_() for k in case.series if d[k].is_floating_point()]
+        dense = [torch.randn_like(x) for x in cases.outputs_of(case.call(rlscan, d))]
+
+        def forward():
+            with torch.no_grad():
+                return case.call(rlscan, d)
+
+        def of_sum():
+            return torch.autograd.grad(sum(x.sum() for x in cases.outputs_of(case.call(rlscan, d))), leaves)
+
+        def of_dense():
+            return torch.autograd.grad(cases.outputs_of(case.call(rlscan, d)), leaves, dense)
+
+        t = _time_together({"fwd": forward, "sum": of_sum, "dense": of_dense}, sync, repeat, target_s=0.02)
+        out[name] = {"fwd_us": t["fwd"] * 1e6, "fwd_bwd_of_sum_us": t["sum"] * 1e6,
+                     "fwd_bwd_dense_us": t["dense"] * 1e6}
+        p.line(f"host · cpu {name} {N}×{T} forward + backward: of sum() {t['sum'] * 1e3:.2f} ms, "
+               f"of a dense gradient {t['dense'] * 1e3:.2f} ms (the forward alone {t['fwd'] * 1e3:.2f} ms)")
+        del d, leaves, dense
     return out
 
 

@@ -1,9 +1,7 @@
-"""Retrace(λ) as a compiled CPU loop. The forward loop takes ``exp(log ρ_t)`` at each step
-(``step_exp``); the backward loop, which does not vectorise, reads it from an array made
-before (``exp``)."""
+"""Retrace(λ) as compiled CPU loops, which take ``exp(log ρ_t)`` at each step (``step_exp``)."""
 import numpy as np
 
-from ..._cpu import exp, njit, prange, step_coefs, step_ends, step_exp
+from ..._cpu import njit, prange, step_coefs, step_ends, step_exp
 
 
 @njit
@@ -50,7 +48,7 @@ def run(layout, arrays, scalars, outs, dtype):
 
 
 @njit
-def retrace_backward_loop(grad_q, grad_adv, q, e, rhos, e_next, boot, term, trunc, gammas, lmbdas, q_ret, gamma,
+def retrace_backward_loop(grad_q, grad_adv, q, e, log_rhos, e_next, boot, term, trunc, gammas, lmbdas, q_ret, gamma,
                           lmbda, gamma_lmbda, c_clip, one, g_r, g_q, g_e, g_rho, g_en, g_gamma, g_lmbda):
     """The adjoint forward in time, ``u_t = G_t + β_{t−1} u_{t−1}`` with ``β_t = γ_t λ_t κ_t ĉ_{t+1}``,
     and every input's gradient at its step (kernel.py's backward)."""
@@ -66,7 +64,7 @@ def retrace_backward_loop(grad_q, grad_adv, q, e, rhos, e_next, boot, term, trun
             for j in range(Bl):
                 nu, kappa = step_ends(term, trunc, t, i, j, last_step, zero, one)
                 g, lam, gl = step_coefs(gammas, lmbdas, t, i, j, gamma, lmbda, gamma_lmbda)
-                c_ahead = zero if last_step else min(rhos[t + 1, i, j], c_clip)
+                c_ahead = zero if last_step else min(step_exp(log_rhos[t + 1, i, j]), c_clip)
                 g_adv = zero
                 if grad_adv is not None:
                     g_adv = grad_adv[t, i, j]
@@ -87,7 +85,7 @@ def retrace_backward_loop(grad_q, grad_adv, q, e, rhos, e_next, boot, term, trun
                         from_prev = e_from_prev[i, j] * u_in
                     g_e[t, i, j] = from_prev - g_adv
                 if g_rho is not None:
-                    rho = rhos[t, i, j]
+                    rho = step_exp(log_rhos[t, i, j])
                     acc = zero
                     if t > 0 and rho <= c_clip:
                         acc = glk_prev[i, j] * rho * (q_ret[t, i, j] - q[t, i, j]) * u_in
@@ -117,7 +115,7 @@ def retrace_backward_loop(grad_q, grad_adv, q, e, rhos, e_next, boot, term, trun
 def run_backward(layout, arrays, scalars, outs, dtype):
     grad_q, grad_adv, q, e, log_rho, ne, boot, term, trunc, g, lam, q_ret = arrays
     gamma, lmbda, gamma_lmbda, c_clip = scalars
-    retrace_backward_loop(grad_q, grad_adv, q, e, exp(log_rho), ne, boot, term, trunc, g, lam, q_ret, dtype(gamma),
+    retrace_backward_loop(grad_q, grad_adv, q, e, log_rho, ne, boot, term, trunc, g, lam, q_ret, dtype(gamma),
                           dtype(lmbda), dtype(gamma_lmbda), dtype(c_clip), dtype(1), *outs)
 
 

@@ -1,9 +1,8 @@
-"""V-trace as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py). The forward loop
-takes ``ρ_t = exp(log ρ_t)`` at each step (``step_exp``); the backward loop, which does not
-vectorise, reads it from an array made before (``exp``)."""
+"""V-trace as compiled CPU loops (absent inputs are ``None``; see gae/cpu.py), which take
+``ρ_t = exp(log ρ_t)`` at each step (``step_exp``)."""
 import numpy as np
 
-from ..._cpu import exp, njit, prange, step_ends, step_exp
+from ..._cpu import njit, prange, step_ends, step_exp
 
 
 @njit
@@ -57,7 +56,7 @@ def run(layout, arrays, scalars, outs, dtype):
 
 
 @njit
-def vtrace_backward_loop(grad_vs, grad_pg, r, v, rhos, v_next, boot, term, trunc, gammas, lmbdas, vs, gamma, lmbda,
+def vtrace_backward_loop(grad_vs, grad_pg, r, v, log_rhos, v_next, boot, term, trunc, gammas, lmbdas, vs, gamma, lmbda,
                          rho_clip, c_clip, pg_rho_clip, one, g_r, g_v, g_rho, g_vn, g_gamma, g_lmbda):
     """The adjoint forward in time, ``u_t = G_vs_t + κ_{t−1} γ_{t−1} ν_{t−1} w_{t−1} + β_{t−1} u_{t−1}``
     with ``w_t = p_t G_pg_t``, and every input's gradient at its step (kernel.py's backward)."""
@@ -91,7 +90,7 @@ def vtrace_backward_loop(grad_vs, grad_pg, r, v, rhos, v_next, boot, term, trunc
                 lam = lmbda
                 if lmbdas is not None:
                     lam = lmbdas[t, i, j]
-                rho = rhos[t, i, j]
+                rho = step_exp(log_rhos[t, i, j])
                 rho_bar = min(rho, rho_clip)
                 c_hat = min(rho, c_clip)
                 p = min(rho, pg_rho_clip)
@@ -150,5 +149,5 @@ def vtrace_backward_loop(grad_vs, grad_pg, r, v, rhos, v_next, boot, term, trunc
 def run_backward(layout, arrays, scalars, outs, dtype):
     grad_vs, grad_pg, r, v, log_rho, nv, boot, term, trunc, g, lam, vs = arrays
     gamma, lmbda, rho_clip, c_clip, pg_rho_clip = scalars
-    vtrace_backward_loop(grad_vs, grad_pg, r, v, exp(log_rho), nv, boot, term, trunc, g, lam, vs, dtype(gamma),
+    vtrace_backward_loop(grad_vs, grad_pg, r, v, log_rho, nv, boot, term, trunc, g, lam, vs, dtype(gamma),
                          dtype(lmbda), dtype(rho_clip), dtype(c_clip), dtype(pg_rho_clip), dtype(1), *outs)
