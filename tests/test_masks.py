@@ -293,6 +293,27 @@ def test_row_kernel_only_where_it_applies(triton_path_only, monkeypatch):
     assert ran == [False, True, False, False]
 
 
+def test_chained_rows_not_under_deterministic_algorithms(triton_path_only, monkeypatch):
+    """The chained row kernel's look-back composes tiles in the order programs finish: under
+    ``torch.use_deterministic_algorithms`` the rows run as two lanes instead."""
+    from rlscan.ops.gae import one_pass
+
+    monkeypatch.setattr(one_pass, "ROW_TILES", ((64, 8, 1, 1),))
+    monkeypatch.setattr(one_pass, "ROW_MIN_T", 8)
+    ran = []
+    run = one_pass._run_rows
+    monkeypatch.setattr(one_pass, "_run_rows", lambda *a: ran.append(run(*a) is not None) or None)
+    args, kwargs = _problem("gae", T=20, seed=5, device=triton_path_only)
+    _check("gae", args, kwargs)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        _check("gae", args, kwargs)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    assert ran == [True, False]
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_time_first_layout(path, op):
     args, kwargs = _problem(op, device=path.device)

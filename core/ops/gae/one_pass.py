@@ -116,7 +116,8 @@ def _row_tile(T: int):
 def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
     """The masked GAE over rows contiguous in time (``kernel.masked_rows_kernel``, or its
     chained form), or ``None`` where the rows are not contiguous in time, their length has
-    no entry in ``ROW_TILES``, or the chained form would need float64 words."""
+    no entry in ``ROW_TILES``, or the chained form would need float64 words or run under
+    ``torch.use_deterministic_algorithms`` (the engine's two lanes then run)."""
     from ..._triton import launch
     from . import kernel
 
@@ -126,8 +127,8 @@ def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
         return None
     block_t, warps, lookback = tile
     compute = call.compute_dtype
-    if lookback and compute != torch.float32:
-        return None  # a look-back word holds two float32 values
+    if lookback and (compute != torch.float32 or torch.are_deterministic_algorithms_enabled()):
+        return None  # a look-back word holds two float32 values, and composes in a varying order
     outs = call.new_outputs(2)
     if any(layout.strides(o)[0] != 1 for o in outs):
         return None
