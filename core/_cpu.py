@@ -30,6 +30,7 @@ import functools
 import os
 import sys
 import threading
+import types
 import warnings
 import weakref
 
@@ -77,8 +78,21 @@ class _Loop:
     @property
     def parallel(self):
         if self._parallel is None:
-            self._parallel = _njit(cache=True, nogil=True, parallel=True)(self.py_func) if HAVE_NUMBA else self.py_func
+            self._parallel = _njit(cache=True, nogil=True, parallel=True)(_renamed(self.py_func, "parallel")) \
+                if HAVE_NUMBA else self.py_func
         return self._parallel
+
+
+def _renamed(fn, suffix: str):
+    """``fn`` as a new function object named ``<name>_<suffix>``. numba's on-disk cache keys a
+    function's compiled versions by its module, name, bytecode and argument types, not by
+    the compiler's options: the serial and parallel versions of one function under one name
+    would load each other's code (the parallel version ran serially)."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, f"{fn.__name__}_{suffix}", fn.__defaults__,
+                              fn.__closure__)
+    copy.__qualname__ = f"{fn.__qualname__}_{suffix}"
+    copy.__module__, copy.__doc__ = fn.__module__, fn.__doc__
+    return copy
 
 
 def njit(fn):
@@ -158,13 +172,13 @@ def _exp_float32(x):
 
 if HAVE_NUMBA:
     from llvmlite import ir
-    from numba import types
+    from numba import types as numba_types
     from numba.extending import intrinsic, overload
 
     @intrinsic
     def _float32_of_bits(typingctx, word):
         """The float32 whose bits are the low 32 bits of the integer ``word``."""
-        if not isinstance(word, types.Integer):
+        if not isinstance(word, numba_types.Integer):
             return None
 
         def codegen(context, builder, signature, args):
@@ -173,11 +187,11 @@ if HAVE_NUMBA:
                 bits = builder.trunc(bits, ir.IntType(32))
             return builder.bitcast(bits, ir.FloatType())
 
-        return types.float32(word), codegen
+        return numba_types.float32(word), codegen
 
     @overload(step_exp)
     def _step_exp(x):
-        if x == types.float32:
+        if x == numba_types.float32:
             return _exp_float32
         return lambda x: np.exp(x)
 
@@ -372,6 +386,31 @@ def _in_blocks(geometry: tuple, blocks: int) -> tuple:
     return (shape[0], blocks, lo) + shape[3:], (strides[0], strides[2] * lo) + strides[2:]
 
 
+#: environments apart in memory by at least this many bytes, together, make a step that
+#: crosses them too far for the cache (see _steps_in_rows)
+ROWS_MIN_BYTES = 2 << 20
+
+
+def _steps_in_rows(layout, tensors, kinds) -> bool:
+    """Whether the loop should walk one environment's row at a time (each environment a block
+    of its own, :func:`_in_blocks`): where the first series' steps are next to each other in
+    memory (``[N, T]``, TorchRL's ``[B, T, 1]``) in a one-group grid, with 32 environments or
+    more whose rows are whole pages apart (every row then falls in the same cache sets) or
+    span ``ROWS_MIN_BYTES`` together. Elsewhere a step across environments stays in cache,
+    and vectorises. GAE with ``time_dim=1`` on one core of an AMD EPYC, row by row against
+    across environments: ×5.0–5.2 at 4096 × 2048, ×1.7–1.8 at 1000 × 1000, ×1.4 at 2000 × 700,
+    ×1.3 at 32 × 8192, ×1.1 at 64 × 4096, even at 128 and 256 × 1024; across won ×2.0–2.5 at
+    4096 × 128, 256 × 1000 and 100 × 3000, ×1.6 at 512 × 512."""
+    if layout.two_level or layout.B < 32:
+        return False
+    first = next((t for t, k in zip(tensors, kinds) if t is not None and k == "series"), None)
+    if first is None:
+        return False
+    s_t, _, s_lo = kernel_strides(layout, first, "series")
+    row_bytes = s_lo * first.element_size()
+    return s_t == 1 and row_bytes >= 2048 and (row_bytes % 4096 == 0 or layout.B * row_bytes >= ROWS_MIN_BYTES)
+
+
 def idle_cpus() -> float:
     """CPUs left idle by the system's recent load (the one-minute load average), on Unix."""
     try:
@@ -394,10 +433,17 @@ class CpuRunner:
         self.converts = None
         elements = layout.T * layout.B
         self.huge = elements * torch.empty((), dtype=compute_dtype).element_size() >= HUGE_PAGE_BYTES
-        self.blocks = 1  # 1: the serial loop; 0: the parallel one on the grid as it is; else regrouped
+        # the grid's blocks (_in_blocks; 0 or 1: the grid as it is) serially and in parallel
+        # (None: never in parallel), set on the first call, which shows the strides
+        self.serial_blocks, self.parallel_blocks = 1, None
         self.replay = None  # the serial loop's call, noted on the first call (see _LoopCall)
-        if elements >= PARALLEL_MIN_ELEMENTS and cpu_threads() > 1:
-            self.blocks = _blocks(layout, cpu_threads())
+
+    def _plan(self, tensors) -> None:
+        layout = self.layout
+        self.serial_blocks = layout.B if _steps_in_rows(layout, tensors, self.op.kinds) else 1
+        if layout.T * layout.B >= PARALLEL_MIN_ELEMENTS and cpu_threads() > 1:
+            blocks = self.serial_blocks if self.serial_blocks > 1 else _blocks(layout, cpu_threads())
+            self.parallel_blocks = None if blocks == 1 else blocks
 
     def _viewers(self, tensors, work, blocks: int) -> tuple:
         cd, layout = self.compute_dtype, self.layout
@@ -425,19 +471,21 @@ class CpuRunner:
                 warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=2)
             # outputs not in the compute dtype are computed in a buffer of it, then copied
             self.converts = any(o is not None and o.dtype != self.compute_dtype for o in outs)
+            self._plan(tensors)
         work = self._work(outs) if self.converts else outs
         if self.huge:
             for w in work:
                 if type(w) is torch.Tensor:  # numpy advises its own large arrays
                     advise_huge_pages(w)
-        blocks = 1 if self.blocks == 1 or idle_cpus() < 2 else self.blocks
+        parallel = self.parallel_blocks is not None and idle_cpus() >= 1
+        blocks = self.parallel_blocks if parallel else self.serial_blocks
         viewers = self.views.get(blocks)
         if viewers is None:
             viewers = self.views[blocks] = self._viewers(tensors, work, blocks)
         arrays = [None if v is None else v(t) for v, t in zip(viewers[0], tensors)]
         views = [None if w is None else v(w) for v, w in zip(viewers[1], work)]
-        if blocks == 1:
-            noting = self.replay is None and self.blocks == 1 and not self.converts and not self.huge
+        if not parallel:
+            noting = self.replay is None and self.parallel_blocks is None and not self.converts and not self.huge
             seen = _noting.seen = [] if noting else None
             try:
                 self.op.cpu(self.layout, arrays, scalars, views, self.np_dtype)

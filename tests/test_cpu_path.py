@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from numba import get_thread_id, prange
 
 import rlscan
 from rlscan import _call, _cpu, _fast
@@ -36,12 +37,12 @@ def test_parallel_loops_are_the_serial_loops_bit_for_bit(op, shape, time_dim, la
     problem = make_problem(op, shape, time_dim=time_dim, layout=layout, seed=3, terminated="random")
     parallel = _run_on_cpu(problem)
     runners = list(_call._CPU_RUNNERS.values())
-    assert runners and all(r.blocks != 1 for r in runners)  # the parallel version ran (regrouped: blocks > 1)
+    assert runners and all(r.parallel_blocks is not None for r in runners)  # the parallel version ran
     _cpu.PARALLEL_MIN_ELEMENTS = 1 << 62  # undone by the fixture's monkeypatch
     _call._CPU_RUNNERS.clear()
     _fast._CACHE.clear()
     serial = _run_on_cpu(problem)
-    assert all(r.blocks == 1 for r in _call._CPU_RUNNERS.values())
+    assert all(r.parallel_blocks is None for r in _call._CPU_RUNNERS.values())
     for a, b in zip(parallel, serial):
         assert bitwise_equal(a, b)
 
@@ -215,3 +216,51 @@ def test_a_broadcast_gradient_gives_the_dense_gradients_bits(op):
         broadcast = torch.autograd.grad(sum(o.sum() for o in outs), leaves, retain_graph=True)
         dense = torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs])
     assert all(bitwise_equal(a, b) for a, b in zip(broadcast, dense))
+
+
+def _thread_ids(out):
+    for i in prange(out.shape[0]):
+        out[i] = get_thread_id()
+
+
+@pytest.mark.skipif(_cpu.cpu_threads() < 2, reason="numba runs on one thread here")
+def test_the_parallel_version_runs_in_parallel_after_the_serial_one_was_cached():
+    """Both versions of a loop are cached on disk; the parallel one under a name of its own, else
+    it loads the serial version's code (numba's cache does not key on ``parallel=True``)."""
+    out = np.full(4096, -1, dtype=np.int64)
+    _cpu.njit(_thread_ids).serial(out)  # compiles, or loads, the serial version
+    assert set(out.tolist()) == {0}
+    _cpu.njit(_thread_ids).parallel(out)  # new dispatchers: from the disk cache where they can
+    assert len(set(out.tolist())) > 1
+
+
+@pytest.mark.parametrize("op", ["gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "eligibility_traces",
+                                "episodic_cumsum", "linear_scan"])
+def test_rows_walked_one_at_a_time_give_the_same_bits(op, monkeypatch):
+    """Steps next to each other in memory (``time_dim=1``) with rows far enough apart are walked
+    one row at a time (``_steps_in_rows``): each environment's steps still run in order."""
+    problem = make_problem(op, (40, 33), time_dim=1, seed=6, terminated="random")
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    across = _run_on_cpu(problem)
+    assert all(r.serial_blocks == 1 for r in _call._CPU_RUNNERS.values())
+    monkeypatch.setattr(_cpu, "_steps_in_rows", lambda layout, tensors, kinds: not layout.two_level)
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    rows = _run_on_cpu(problem)
+    assert any(r.serial_blocks == 40 for r in _call._CPU_RUNNERS.values())
+    assert all(bitwise_equal(a, b) for a, b in zip(across, rows))
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+
+
+def test_which_grids_are_walked_row_by_row():
+    def rows(shape, time_dim):
+        x = torch.empty(shape)
+        layout = rlscan._inputs.plan_layout(x.shape, time_dim, [x], [])
+        return _cpu._steps_in_rows(layout, [x], ["series"])
+
+    assert rows((4096, 2048), 1) and rows((32, 8192), 1) and rows((1000, 1000), 1) and rows((64, 2048, 1), 1)
+    assert not rows((2048, 4096), 0)  # [T, N]: a step is one run of memory
+    assert not rows((4096, 128), 1) and not rows((512, 512), 1) and not rows((256, 1000), 1)  # in cache
+    assert not rows((16, 8192), 1)  # too few environments to matter
