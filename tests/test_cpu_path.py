@@ -264,3 +264,41 @@ def test_which_grids_are_walked_row_by_row():
     assert not rows((2048, 4096), 0)  # [T, N]: a step is one run of memory
     assert not rows((4096, 128), 1) and not rows((512, 512), 1) and not rows((256, 1000), 1)  # in cache
     assert not rows((16, 8192), 1)  # too few environments to matter
+
+
+def _loops():
+    """Every compiled loop of the ops' CPU modules."""
+    import importlib
+    import pkgutil
+
+    import rlscan.ops
+
+    for info in pkgutil.iter_modules(rlscan.ops.__path__):
+        try:
+            module = importlib.import_module(f"rlscan.ops.{info.name}.cpu")
+        except ImportError:
+            continue
+        yield from (x for x in vars(module).values() if isinstance(x, _cpu._Loop))
+
+
+@pytest.mark.parametrize("op", ["gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "eligibility_traces",
+                                "episodic_cumsum", "linear_scan"])
+@pytest.mark.parametrize("width", [1, 8])
+def test_loops_for_a_fixed_width_give_the_generic_loops_bits(op, width, monkeypatch):
+    """Rows of 1-8 environments run loop versions compiled for their width (``FIXED_WIDTHS``):
+    the same bits as the version for any width."""
+    problem = make_problem(op, (30, width), seed=7, terminated="random")
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    fixed = _run_on_cpu(problem)
+    assert any((width, False) in loop._versions and loop._versions[(width, False)] is not loop.serial
+               for loop in _loops())
+    monkeypatch.setattr(_cpu, "FIXED_WIDTHS", ())
+    for loop in _loops():
+        monkeypatch.setattr(loop, "_versions", {(None, False): loop.serial})
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    generic = _run_on_cpu(problem)
+    assert all(bitwise_equal(a, b) for a, b in zip(fixed, generic))
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()

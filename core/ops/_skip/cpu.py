@@ -1,10 +1,10 @@
 """The next kept value as a compiled CPU loop (docs/semantics.md, "Skipped steps")."""
-from ..._cpu import njit
+from ..._cpu import grid, njit
 
 
 @njit
 def next_kept_loop(v, boot, mask, one, out):
-    T, Bh, Bl = v.shape
+    T, Bh, Bl = grid(v)
     zero = one - one
     for i in range(Bh):
         for j in range(Bl):

@@ -3,13 +3,13 @@
 step (the equations are in ``kernel.py``; absent inputs are ``None``, see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import njit, prange, step_coefs, step_ends
+from ..._cpu import grid, njit, prange, step_coefs, step_ends
 
 
 @njit
 def value_backward_loop(grad, grad_ret, v, v_next, boot, term, trunc, gammas, lmbdas, state, gamma, lmbda,
                         gamma_lmbda, is_gae, one, g_r, g_v, g_vn, g_gamma, g_lmbda):
-    T, Bh, Bl = state.shape
+    T, Bh, Bl = grid(state)
     zero = one - one
     u_prev = np.empty((Bh, Bl), state.dtype)  # u_{t−1}
     beta_prev = np.empty((Bh, Bl), state.dtype)  # β_{t−1}

@@ -1,10 +1,10 @@
 """Discounted returns as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
-from ..._cpu import njit, prange, step_ends
+from ..._cpu import grid, njit, prange, step_ends
 
 
 @njit
 def discounted_loop(r, v_next, boot, term, trunc, gammas, gamma, one, out):
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     for i in prange(Bh):
         for t in range(T - 1, -1, -1):
@@ -33,7 +33,7 @@ def run(layout, arrays, scalars, outs, dtype):
 @njit
 def discounted_masked_loop(r, boot, term, mask, gammas, gamma, one, out):
     """With a step-skip mask; ``G_T`` is the bootstrap (0 when absent)."""
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     for t in range(T - 1, -1, -1):
         for i in range(Bh):

@@ -1,12 +1,12 @@
 """Eligibility traces as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import njit, prange, step_coefs
+from ..._cpu import grid, njit, prange, step_coefs
 
 
 @njit
 def traces_loop(x, dones, gammas, lmbdas, gamma, lmbda, gamma_lmbda, init, one, out):
-    T, Bh, Bl = x.shape
+    T, Bh, Bl = grid(x)
     zero = one - one
     carry = np.empty((Bh, Bl), x.dtype)  # e_{t-1} (see _cpu)
     for i in prange(Bh):
@@ -48,7 +48,7 @@ def traces_backward_loop(grad, dones, gammas, lmbdas, traces, gamma, lmbda, gamm
     """The adjoint in reverse, ``u_t = G_t + γ_t λ_t (1 − dones_t) u_{t+1}``; ``∂x_t = u_t``,
     ``∂initial = u_0``, ``∂γ_t = u_{t+1} λ_t (1 − dones_t) e_t``, ``∂λ_t = u_{t+1} γ_t (1 − dones_t) e_t``
     (kernel.py's ``backward_coeffs``; the episodic prefix sum's too, with ``γ λ = 1``)."""
-    T, Bh, Bl = grad.shape
+    T, Bh, Bl = grid(grad)
     zero = one - one
     carry = np.empty((Bh, Bl), grad.dtype)  # u_{t+1}
     for i in prange(Bh):

@@ -1,12 +1,12 @@
 """The episodic prefix sum as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import njit, prange
+from ..._cpu import grid, njit, prange
 
 
 @njit
 def cumsum_loop(x, dones, init, one, out):
-    T, Bh, Bl = x.shape
+    T, Bh, Bl = grid(x)
     zero = one - one
     carry = np.empty((Bh, Bl), x.dtype)  # S_{t-1} (see _cpu)
     for i in prange(Bh):

@@ -3,12 +3,12 @@
 Absent inputs arrive as ``None``: numba compiles a version for each combination and prunes
 the branches, so the loop over environments has no stand-in arrays to read and vectorises.
 """
-from ..._cpu import njit, prange, step_coefs, step_ends
+from ..._cpu import grid, njit, prange, step_coefs, step_ends
 
 
 @njit
 def gae_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda, one, adv, ret):
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     for i in prange(Bh):
         # an ascending counter and one test for the last step: 1.2-1.4x faster than
@@ -43,7 +43,7 @@ def run(layout, arrays, scalars, outs, dtype):
 @njit
 def gae_masked_loop(r, v, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, gamma_lmbda, one, adv, ret):
     """With a step-skip mask: ``w`` holds the next kept values ``W_t`` (docs/semantics.md)."""
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     for t in range(T - 1, -1, -1):
         for i in range(Bh):

@@ -2,12 +2,12 @@
 ``betas=None``; see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import njit, prange
+from ..._cpu import grid, njit, prange
 
 
 @njit
 def scan_loop(alpha, betas, beta, init, reverse, one, out):
-    T, Bh, Bl = alpha.shape
+    T, Bh, Bl = grid(alpha)
     zero = one - one
     carry = np.empty((Bh, Bl), alpha.dtype)  # A_{t-1}, for a forward scan (see _cpu)
     for i in prange(Bh):
@@ -33,7 +33,7 @@ def scan_loop(alpha, betas, beta, init, reverse, one, out):
 def adjoint_loop(g, betas, beta, A, init, reverse, one, grad_alpha, grad_beta):
     """Backward of ``scan_loop(..., reverse)``: ``Ā_t = g_t + β_{t+s} Ā_{t+s}`` with
     ``s = -1`` for a reverse scan (so it runs forward), ``∂β_t = Ā_t A_{t-s}``."""
-    T, Bh, Bl = g.shape
+    T, Bh, Bl = grid(g)
     zero = one - one
     shift = -1 if reverse else 1
     carry = np.empty((Bh, Bl), g.dtype)  # Ā_{t-1}, where the adjoint runs forward (see _cpu)

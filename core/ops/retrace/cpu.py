@@ -1,13 +1,13 @@
 """Retrace(λ) as compiled CPU loops, which take ``exp(log ρ_t)`` at each step (``step_exp``)."""
 import numpy as np
 
-from ..._cpu import njit, prange, step_coefs, step_ends, step_exp
+from ..._cpu import grid, njit, prange, step_coefs, step_ends, step_exp
 
 
 @njit
 def retrace_loop(r, q, e, log_rhos, e_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda,
                  c_clip, one, q_ret, adv):
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     for i in prange(Bh):
         for k in range(T):  # ascending, as in gae_loop
@@ -52,7 +52,7 @@ def retrace_backward_loop(grad_q, grad_adv, q, e, log_rhos, e_next, boot, term, 
                           lmbda, gamma_lmbda, c_clip, one, g_r, g_q, g_e, g_rho, g_en, g_gamma, g_lmbda):
     """The adjoint forward in time, ``u_t = G_t + β_{t−1} u_{t−1}`` with ``β_t = γ_t λ_t κ_t ĉ_{t+1}``,
     and every input's gradient at its step (kernel.py's backward)."""
-    T, Bh, Bl = q.shape
+    T, Bh, Bl = grid(q)
     zero = one - one
     u_prev = np.empty((Bh, Bl), q.dtype)
     beta_prev = np.empty((Bh, Bl), q.dtype)

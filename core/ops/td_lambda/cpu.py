@@ -1,10 +1,10 @@
 """TD(λ) returns as a compiled CPU loop (absent inputs are ``None``; see gae/cpu.py)."""
-from ..._cpu import njit, prange, step_coefs, step_ends
+from ..._cpu import grid, njit, prange, step_coefs, step_ends
 
 
 @njit
 def td_lambda_loop(r, v, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda, gamma_lmbda, one, out):
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     for i in prange(Bh):
         for k in range(T):  # ascending, as in gae_loop
@@ -38,7 +38,7 @@ def run(layout, arrays, scalars, outs, dtype):
 @njit
 def td_lambda_masked_loop(r, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, gamma_lmbda, one, out):
     """With a step-skip mask: ``w`` holds the next kept values ``W_t``, and ``G_T`` is the bootstrap."""
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     for t in range(T - 1, -1, -1):
         for i in range(Bh):

@@ -2,13 +2,13 @@
 ``ρ_t = exp(log ρ_t)`` at each step (``step_exp``)."""
 import numpy as np
 
-from ..._cpu import njit, prange, step_ends, step_exp
+from ..._cpu import grid, njit, prange, step_ends, step_exp
 
 
 @njit
 def vtrace_loop(r, v, log_rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma, lmbda,
                 rho_clip, c_clip, pg_rho_clip, one, vs, pg):
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     vs_minus_v = np.zeros_like(r[0])
     for i in prange(Bh):
@@ -60,7 +60,7 @@ def vtrace_backward_loop(grad_vs, grad_pg, r, v, log_rhos, v_next, boot, term, t
                          rho_clip, c_clip, pg_rho_clip, one, g_r, g_v, g_rho, g_vn, g_gamma, g_lmbda):
     """The adjoint forward in time, ``u_t = G_vs_t + κ_{t−1} γ_{t−1} ν_{t−1} w_{t−1} + β_{t−1} u_{t−1}``
     with ``w_t = p_t G_pg_t``, and every input's gradient at its step (kernel.py's backward)."""
-    T, Bh, Bl = r.shape
+    T, Bh, Bl = grid(r)
     zero = one - one
     u_prev = np.empty((Bh, Bl), r.dtype)
     beta_prev = np.empty((Bh, Bl), r.dtype)  # γ λ ĉ κ at t−1
