@@ -2,8 +2,8 @@
 import triton
 import triton.language as tl
 
-from ..._triton.primitives import load, load_coef, load_flag, scalar, step_terms, store, value_after
 from ..._triton.chained_scan import _chain_carry
+from ..._triton.primitives import load, load_coef, load_flag, scalar, step_terms, store, value_after
 from ..._triton.whiten import SUM_SLOTS, add_sums
 
 
