@@ -5,8 +5,11 @@ compute dtype (float32, or float64 for float64 inputs), so they are exact: bit f
 the plain float32 loops that Stable-Baselines3 and CleanRL run.
 
 Each loop sees ``[T, Bh, Bl]`` numpy views of its inputs (see ``_inputs``), made
-without copies, and its innermost loop runs along ``Bl``, the environment axis, so the
-compiler turns it into SIMD instructions. A loop that runs forward in time carries its
+without copies (but for inputs broadcast along environments, see ``_view_function``), and
+its innermost loop runs along ``Bl``, the environment axis, so the compiler turns it into
+SIMD instructions; rows of 1–8 environments run a version compiled for their width
+(``FIXED_WIDTHS``), and rows contiguous in time, far apart, are walked one environment at a
+time (``_steps_in_rows``). A loop that runs forward in time carries its
 state ``A_{t-1}`` in a ``[Bh, Bl]`` array of its own: reading it back from the output row
 written one step before ran 1.4–4× slower wherever rows hold more than a few
 environments. Loops backward in time read ``A_{t+1}`` back from the output, which was
@@ -19,9 +22,10 @@ becomes a view is worked out on its first call; later calls only wrap the new me
 The loops' outer loop is a ``prange`` over blocks of environments: large calls run a
 version compiled with ``parallel=True`` on a grid whose environments are regrouped into
 blocks, small calls the serial version (a parallel launch costs more than they do). Each
-environment's steps still run in order on one thread, so threads change no bit. Fresh outputs of at least ``HUGE_PAGE_BYTES`` are
-backed by transparent huge pages where Linux allows it: a page fault per 4 KiB of a
-new output otherwise costs several times the loop itself.
+environment's steps still run in order on one thread, so threads change no bit. Fresh
+outputs of at least ``HUGE_PAGE_BYTES`` are backed by transparent huge pages where Linux
+allows it: a page fault per 4 KiB of a new output otherwise costs several times the loop
+itself.
 """
 from __future__ import annotations
 
