@@ -329,7 +329,7 @@ class Compiler:
 def as_on_gpu(compiler: Compiler):
     """Calls plan launches as on a GPU of ``compiler``'s target, compiling instead of launching."""
     import rlscan.whiten
-    from rlscan.ops.gae import kernel as gae_kernel, one_pass
+    from rlscan.ops.gae import one_pass
     from rlscan.ops.retrace import table
 
     choose, call, path_for = L.choose_configs, L.LaunchPlan.__call__, _backend.path_for
