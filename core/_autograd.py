@@ -20,12 +20,15 @@ from ._triton.launch import NoKernel
 class _FusedFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, op, scalars, exact, *tensors):
-        outs = call.new_outputs(op.n_out)
         runner = call.__dict__.get("forward_runner")
         if runner is None:
+            outs = call.new_outputs(op.n_out)
             # noted on the call: ``_fast`` replays its signature from a copy, which runs this runner
             call.forward_runner = call.compute(op, tensors, scalars, outs, exact)
+            call.forward_dtype = outs[0].dtype
         else:
+            anchor, dtype = call.anchor, call.forward_dtype
+            outs = tuple([torch.empty_like(anchor, dtype=dtype) for _ in range(op.n_out)])
             runner(tensors, outs, scalars)
         ctx.set_materialize_grads(False)
         ctx.call, ctx.op, ctx.scalars = call, op, scalars
@@ -112,7 +115,34 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
     call.compute(spec, tensors, scalars, outs, False)
 
 
+def _applying():
+    """``apply(call, op, scalars, exact, tensors)``: :class:`_FusedFunction`'s outputs.
+
+    ``Function.apply`` is a Python layer over torch's C++ ``apply``. Outside functorch's
+    transforms it only unwraps tensors that outlived one, and then cost more than the C++
+    call itself: 8.7 against 6.2 µs for an empty function with GAE's arguments. So outside
+    the transforms this calls the C++ ``apply`` on the unwrapped tensors; inside them, or on
+    a torch without these names, ``Function.apply``."""
+    public = _FusedFunction.apply
+    try:
+        in_cpp = super(torch.autograd.Function, _FusedFunction).apply
+        transforms_active = torch._C._are_functorch_transforms_active
+        unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+    except AttributeError:  # pragma: no cover - a torch whose internals moved
+        return lambda call, op, scalars, exact, tensors: public(call, op, scalars, exact, *tensors)
+
+    def apply(call, op, scalars, exact, tensors):
+        if transforms_active():
+            return public(call, op, scalars, exact, *tensors)
+        return in_cpp(call, op, scalars, exact, *[None if t is None else unwrap_if_dead(t) for t in tensors])
+
+    return apply
+
+
+_apply = _applying()
+
+
 def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool) -> tuple:
     """The op's outputs, differentiable through ``op.backward`` (a checked call notes them
     for ``_fast``, whose replays of its signature call this directly)."""
-    return _FusedFunction.apply(call, op, scalars, exact, *tensors)
+    return _apply(call, op, scalars, exact, tensors)
