@@ -20,16 +20,20 @@ from ._triton.launch import NoKernel
 class _FusedFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, op, scalars, exact, *tensors):
+        # a replay's ``call`` is ``_fast``'s template of the checked call: no tensors, and its
+        # anchor is ``tensors[call.anchor_slot]``
         runner = call.__dict__.get("forward_runner")
-        if runner is None:
-            outs = call.new_outputs(op.n_out)
-            # noted on the call: ``_fast`` replays its signature from a copy, which runs this runner
-            call.forward_runner = call.compute(op, tensors, scalars, outs, exact)
-            call.forward_dtype = outs[0].dtype
-        else:
-            anchor, dtype = call.anchor, call.forward_dtype
+        if runner is not None:
+            anchor, dtype = tensors[call.anchor_slot], call.forward_dtype
             outs = tuple([torch.empty_like(anchor, dtype=dtype) for _ in range(op.n_out)])
             runner(tensors, outs, scalars)
+        else:
+            if call.anchor is None:  # a replay of a call split into several launches
+                call = _with_anchor(call, tensors)
+            outs = call.new_outputs(op.n_out)
+            # noted on the call: ``_fast``'s template copies it from the checked call
+            call.forward_runner = call.compute(op, tensors, scalars, outs, exact)
+            call.forward_dtype = outs[0].dtype
         ctx.set_materialize_grads(False)
         ctx.call, ctx.op, ctx.scalars = call, op, scalars
         ctx.save_for_backward(*tensors, *outs)
@@ -42,13 +46,23 @@ class _FusedFunction(torch.autograd.Function):
         n = len(saved) - ctx.op.n_out
         if all(g is None for g in grads):
             return (None,) * (4 + n)
+        call = ctx.call
+        if call.anchor is None:  # a replay's template (see forward)
+            call = _with_anchor(call, saved)
         if _torch_forms:
-            return (None, None, None, None) + _through_torch_form(ctx, saved[:n], grads)
+            return (None, None, None, None) + _through_torch_form(ctx, call, saved[:n], grads)
         try:
-            grads_in = ctx.op.backward(ctx.call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
+            grads_in = ctx.op.backward(call, saved[:n], ctx.scalars, saved[n:], grads, ctx.needs_input_grad[4:])
         except NoKernel:  # no backward kernel compiles on this stack: differentiate the op's torch form
-            grads_in = _through_torch_form(ctx, saved[:n], grads)
+            grads_in = _through_torch_form(ctx, call, saved[:n], grads)
         return (None, None, None, None) + tuple(grads_in)
+
+
+def _with_anchor(template, tensors: tuple):
+    """A copy of ``_fast``'s template of a call, its anchor taken from the op's inputs."""
+    call = template.copy()
+    call.anchor = tensors[template.anchor_slot]
+    return call
 
 
 _torch_forms = False
@@ -66,13 +80,13 @@ def differentiating_torch_forms():
         _torch_forms = previous
 
 
-def _through_torch_form(ctx, tensors: tuple, grads: tuple) -> tuple:
+def _through_torch_form(ctx, call, tensors: tuple, grads: tuple) -> tuple:
     """The inputs' gradients through ``op.differentiable`` (torch operations around
     :func:`rlscan.linear_scan`), for where the fused backward kernel cannot run."""
     needs = ctx.needs_input_grad[4:]
     leaves = [t.detach().requires_grad_() if t is not None and need else t for t, need in zip(tensors, needs)]
     with torch.enable_grad():
-        outs = ctx.op.differentiable(ctx.call, *leaves, *ctx.scalars)
+        outs = ctx.op.differentiable(call, *leaves, *ctx.scalars)
     wanted = [x for x, need in zip(leaves, needs) if x is not None and need]
     pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
     found = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True))

@@ -66,15 +66,14 @@ def record_grad(call, op, tensors: tuple, scalars: tuple, exact: bool, outs: tup
 
 class _GradEntry:
     """A recorded call that runs the op's autograd function, replayed on new arguments with
-    the same signature (the same ``requires_grad`` flags): a copy of the checked call with the
-    new anchor stands for the call that backward reads (shapes, time axis, dtypes)."""
+    the same signature (the same ``requires_grad`` flags). The checked call, without its
+    tensors, stands for the call that backward reads (shapes, time axis, dtypes); its anchor
+    is the op's input at ``anchor_slot``, which the autograd function puts back."""
 
-    __slots__ = ("pick", "anchor", "call", "op", "scalars", "exact", "wrap")
+    __slots__ = ("pick", "call", "op", "scalars", "exact", "wrap")
 
     def __call__(self, arguments: tuple):
-        call = self.call.copy()
-        call.anchor = arguments[self.anchor]
-        return self.wrap(with_fused_backward(call, self.op, self.pick(arguments), self.scalars, self.exact))
+        return self.wrap(with_fused_backward(self.call, self.op, self.pick(arguments), self.scalars, self.exact))
 
 
 class _Entry:
@@ -157,9 +156,12 @@ def _grad_entry(recorded, arguments: tuple, result):
     entry = _GradEntry()
     sources = [_source(t, arguments, {}) for t in tensors]
     entry.pick = operator.itemgetter(*sources) if len(sources) > 1 else (lambda a: (a[sources[0]],))
-    entry.anchor = _source(call.anchor, arguments, {})
+    slots = [k for k, t in enumerate(tensors) if t is call.anchor]
+    if not slots:
+        raise _Uncacheable
     template = call.copy()
     template.anchor = template.origins = None  # hold no tensor of the first call
+    template.anchor_slot = slots[0]
     entry.call, entry.op, entry.scalars, entry.exact = template, op, tuple(scalars), exact
     entry.wrap = _wrap(result, outs)
     return entry

@@ -178,3 +178,31 @@ def test_fused_backward_calls_are_replayed(path):
             torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-4)
     for a, b in zip(grads[1], grads[2]):
         assert torch.equal(a, b)
+
+
+def test_replayed_backward_of_a_call_split_into_launches(path):
+    """A call whose batch dimensions make more than two strided groups runs one launch per
+    slice, planned on every call (no runner is noted). Replayed, its forward and backward
+    put the template's anchor back from the inputs: results and gradients equal the checked
+    path's, and the cached template holds no tensor."""
+    _fast._CACHE.clear()
+    gen = torch.Generator().manual_seed(3)
+    big = torch.randn(7, 5, 9, 6, 11, generator=gen).to(path.device)
+    rewards = big.permute(3, 0, 2, 1, 4)[:, ::2, ::3, :, ::2]  # [T=6, 4, 3, 5, 6], three strided groups
+    values = torch.randn(rewards.shape, generator=gen).to(path.device)
+    last = torch.randn(rewards.shape[1:], generator=gen).to(path.device)
+    got = []
+    for _ in range(3):
+        r = rewards.detach().requires_grad_()
+        adv, ret = rlscan.gae(r, values, bootstrap_value=last)
+        got.append((adv, ret) + torch.autograd.grad((adv * adv + ret).sum(), r))
+    entries = [e for e in _fast._CACHE.values() if isinstance(e, _fast._GradEntry)]
+    assert len(entries) == 1 and entries[0].call.anchor is None
+    assert entries[0].call.__dict__.get("forward_runner") is None  # split: planned every call
+    _fast._CACHE.clear()
+    r = rewards.detach().requires_grad_()
+    adv, ret = rlscan.gae(r, values, bootstrap_value=last)
+    want = (adv, ret) + torch.autograd.grad((adv * adv + ret).sum(), r)
+    for replayed in got[1:]:
+        for a, b in zip(replayed, want):
+            assert torch.equal(a, b)
