@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import sys
 import threading
+import time
 import types
 import warnings
 import weakref
@@ -464,20 +464,54 @@ def _steps_in_rows(layout, tensors, kinds) -> bool:
     return s_t == 1 and row_bytes >= 2048 and (row_bytes % 4096 == 0 or layout.B * row_bytes >= ROWS_MIN_BYTES)
 
 
-def idle_cpus() -> float:
-    """CPUs left idle by the system's recent load (the one-minute load average), on Unix."""
-    try:
-        return cpu_threads() - os.getloadavg()[0]
-    except (AttributeError, OSError):  # pragma: no cover - no load average on this platform
-        return float(cpu_threads())
+#: A runner that may run in parallel runs the other version than the one it picked on every
+#: this many calls, to follow changes in the machine's load (see :class:`_Versions`).
+RECHECK_EVERY = 32
+
+
+class _Versions:
+    """Which version of the loop a runner's next call runs, serial or parallel: the one whose
+    calls took less time lately.
+
+    Other work on the CPUs slows the parallel version down (its threads wait for each other)
+    and can make it slower than the serial one. Judged by the load average instead, a training
+    loop's own calls counted as such work: on 2 CPUs, after 15 s of back-to-back calls the load
+    passed 1 and every call ran serially, 2× slower (the linear scan at 4096 × 2048: 3.2 against
+    6.2 ms into ``out=``); and environments stepped between updates load the CPUs only while
+    the loop does not run. So the runner times its own calls: the parallel version first, then
+    the serial one, each timed from its second call (the first may compile it), then the faster
+    one, with the other run again every :data:`RECHECK_EVERY` calls. Both versions compute the
+    same bits."""
+
+    __slots__ = ("seconds", "runs", "calls")
+
+    def __init__(self):
+        self.seconds = [None, None]  # the serial version's and the parallel one's, lately
+        self.runs = [0, 0]
+        self.calls = 0
+
+    def parallel(self) -> bool:
+        """Whether the next call runs the parallel version."""
+        self.calls += 1
+        serial, parallel = self.seconds
+        if parallel is None or serial is None:
+            return parallel is None
+        faster = parallel <= serial
+        return faster != (self.calls % RECHECK_EVERY == 0)
+
+    def note(self, parallel: bool, seconds: float) -> None:
+        k = int(parallel)
+        self.runs[k] += 1
+        if self.runs[k] > 1:
+            last = self.seconds[k]
+            self.seconds[k] = seconds if last is None else (last + seconds) / 2
 
 
 class CpuRunner:
     """``runner(tensors, outs, scalars)``: the CPU loop of ``op`` for arguments laid out as ``layout``.
 
-    Calls of at least ``PARALLEL_MIN_ELEMENTS`` run the loops' parallel version while at least
-    one more CPU than this thread is idle: on a machine whose cores are busy, more threads
-    only wait for each other."""
+    Calls of at least ``PARALLEL_MIN_ELEMENTS`` may run the loops' parallel version, where
+    it is the faster one (:class:`_Versions`)."""
 
     def __init__(self, op, layout, compute_dtype: torch.dtype):
         self.op, self.layout, self.compute_dtype = op, layout, compute_dtype
@@ -489,6 +523,7 @@ class CpuRunner:
         # the grid's blocks (_in_blocks; 0 or 1: the grid as it is) serially and in parallel
         # (None: never in parallel), set on the first call, which shows the strides
         self.serial_blocks, self.parallel_blocks = 1, None
+        self.versions = None  # a _Versions where parallel_blocks is set
         self.replay = None  # the serial loop's call, noted on the first call (see _LoopCall)
 
     def _plan(self, tensors) -> None:
@@ -497,6 +532,7 @@ class CpuRunner:
         if layout.T * layout.B >= PARALLEL_MIN_ELEMENTS and cpu_threads() > 1:
             blocks = self.serial_blocks if self.serial_blocks > 1 else _blocks(layout, cpu_threads())
             self.parallel_blocks = None if blocks == 1 else blocks
+            self.versions = None if blocks == 1 else _Versions()
 
     def _viewers(self, tensors, work, blocks: int) -> tuple:
         cd, layout = self.compute_dtype, self.layout
@@ -530,13 +566,15 @@ class CpuRunner:
             for w in work:
                 if type(w) is torch.Tensor:  # numpy advises its own large arrays
                     advise_huge_pages(w)
-        parallel = self.parallel_blocks is not None and idle_cpus() >= 1
+        versions = self.versions
+        parallel = versions is not None and versions.parallel()
         blocks = self.parallel_blocks if parallel else self.serial_blocks
         viewers = self.views.get(blocks)
         if viewers is None:
             viewers = self.views[blocks] = self._viewers(tensors, work, blocks)
         arrays = [None if v is None else v(t) for v, t in zip(viewers[0], tensors)]
         views = [None if w is None else v(w) for v, w in zip(viewers[1], work)]
+        start = time.perf_counter()
         if not parallel:
             noting = self.replay is None and self.parallel_blocks is None and not self.converts and not self.huge
             seen = _noting.seen = [] if noting else None
@@ -553,6 +591,8 @@ class CpuRunner:
                 self.op.cpu(self.layout, arrays, scalars, views, self.np_dtype)
             finally:
                 _parallel_now = False
+        if versions is not None:
+            versions.note(parallel, time.perf_counter() - start)
         if self.converts:
             for o, w in zip(outs, work):
                 if o is not w:

@@ -21,7 +21,7 @@ def _run_on_cpu(problem):
 def parallel_everywhere(monkeypatch):
     """Every call runs the loops' parallel version, as a large call on an idle machine does."""
     monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
-    monkeypatch.setattr(_cpu, "idle_cpus", lambda: 8.0)
+    monkeypatch.setattr(_cpu._Versions, "parallel", lambda self: True)
     monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
     _call._CPU_RUNNERS.clear()
     _fast._CACHE.clear()
@@ -45,6 +45,50 @@ def test_parallel_loops_are_the_serial_loops_bit_for_bit(op, shape, time_dim, la
     assert all(r.parallel_blocks is None for r in _call._CPU_RUNNERS.values())
     for a, b in zip(parallel, serial):
         assert bitwise_equal(a, b)
+
+
+def test_a_runner_runs_the_version_that_was_faster_lately():
+    """Parallel twice, serial twice (each version's first call is not timed: it may compile),
+    then the faster one, with the other run again every RECHECK_EVERY calls; a recheck that
+    finds the other version faster switches to it."""
+    versions = _cpu._Versions()
+    seconds = {True: 1.0, False: 3.0}  # the parallel version is 3x faster
+    ran = []
+    for _ in range(2 * _cpu.RECHECK_EVERY):
+        parallel = versions.parallel()
+        ran.append(parallel)
+        versions.note(parallel, seconds[parallel])
+    assert ran[:4] == [True, True, False, False]
+    assert [k + 1 for k, p in enumerate(ran[4:], start=4) if not p] == [_cpu.RECHECK_EVERY, 2 * _cpu.RECHECK_EVERY]
+    seconds[True] = 9.0  # the CPUs got busy: the parallel version slows down
+    assert versions.parallel() is True
+    versions.note(True, seconds[True])
+    assert versions.parallel() is False
+    while versions.parallel() is False:
+        versions.note(False, seconds[False])
+    assert versions.calls % _cpu.RECHECK_EVERY == 0  # the recheck of the parallel version
+    versions.note(True, 1.0)  # the CPUs are idle again
+    versions.note(True, 1.0)
+    assert versions.parallel() is True
+
+
+def test_large_calls_time_both_versions(monkeypatch):
+    """A runner that may run in parallel times its calls and tries both versions; their
+    results are the same bits."""
+    monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
+    problem = make_problem("gae", (9, 256), seed=5, terminated="random")
+    results = [_run_on_cpu(problem) for _ in range(5)]
+    (runner,) = _call._CPU_RUNNERS.values()
+    serial, parallel = runner.versions.runs  # the fifth call ran the faster one, whichever
+    assert serial >= 2 and parallel >= 2 and serial + parallel == 5 and None not in runner.versions.seconds
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert bitwise_equal(a, b)
+    _call._CPU_RUNNERS.clear()
+    _fast._CACHE.clear()
 
 
 def test_blocks_keep_whole_cache_lines():

@@ -204,7 +204,7 @@ def test_cpu_loop_parallel_version(monkeypatch):
 
     monkeypatch.setattr(cpu, "PARALLEL_MIN_ELEMENTS", 1)
     monkeypatch.setattr(cpu, "_MIN_BLOCK", 1)
-    monkeypatch.setattr(cpu, "idle_cpus", lambda: 64.0)
+    monkeypatch.setattr(cpu._Versions, "parallel", lambda self: True)
     _assert_cpu_loop_gradients(_problem("gae", shape=(6, 8), seed=25))
 
 
