@@ -19,9 +19,10 @@ inputs (which numba cannot read) are converted to float32 first.
 
 A runner serves one call signature (shapes, strides, dtypes), so how each argument
 becomes a view is worked out on its first call; later calls only wrap the new memory.
-The loops' outer loop is a ``prange`` over blocks of environments: large calls run a
+The loops' outer loop is a ``prange`` over blocks of environments: large calls may run a
 version compiled with ``parallel=True`` on a grid whose environments are regrouped into
-blocks, small calls the serial version (a parallel launch costs more than they do). Each
+blocks, where their runner finds it faster than the serial version (``_Versions``); small
+calls run the serial version (a parallel launch costs more than they do). Each
 environment's steps still run in order on one thread, so threads change no bit. Fresh
 outputs of at least ``HUGE_PAGE_BYTES`` are backed by transparent huge pages where Linux
 allows it: a page fault per 4 KiB of a new output otherwise costs several times the loop
