@@ -9,11 +9,14 @@ instead (recomputing it once, only if backward runs).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._spec import OpSpec, triton_only
+from . import _backend
+from ._spec import OpSpec, tensor_signature, triton_only
+from ._triton import launch as _launch
 from ._triton.launch import NoKernel
 
 
@@ -125,8 +128,31 @@ def split_value_after(call, grad, next_values) -> tuple:
 
 def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> None:
     """Run a fused backward scan (an :class:`OpSpec` whose outputs are gradients) on the
-    call's path."""
-    call.compute(spec, tensors, scalars, outs, False)
+    call's path.
+
+    The runner is looked up by the output gradients' signatures alone on a call that
+    ``_fast`` replays (its ``backward_runners``, shared by the replays): the replays' other
+    tensors are the forward's inputs, outputs and fresh gradient buffers, laid out as its
+    signature says, and which gradients are computed is fixed by its ``requires_grad`` flags."""
+    runners = call.__dict__.get("backward_runners")
+    if runners is None:
+        call.compute(spec, tensors, scalars, outs, False)
+        return
+    n = _leading_grads(spec)
+    key = (spec.name, tuple(map(tensor_signature, tensors[:n])), _backend.get_backend(), _launch.settings_key())
+    runner = runners.get(key)
+    if runner is None:
+        runner = call.compute(spec, tensors, scalars, outs, False)
+        if runner is not None:
+            runners[key] = runner
+        return
+    runner(tensors, outs, scalars)
+
+
+@functools.lru_cache(maxsize=None)
+def _leading_grads(spec) -> int:
+    """How many of a fused backward's first inputs are output gradients (named ``grad...``)."""
+    return next(k for k, (name, _) in enumerate(spec.inputs) if not name.startswith("grad"))
 
 
 def _applying():

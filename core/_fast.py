@@ -162,6 +162,7 @@ def _grad_entry(recorded, arguments: tuple, result):
     template = call.copy()
     template.anchor = template.origins = None  # hold no tensor of the first call
     template.anchor_slot = slots[0]
+    template.backward_runners = {}  # shared by the replays' calls (see _autograd.run_backward)
     entry.call, entry.op, entry.scalars, entry.exact = template, op, tuple(scalars), exact
     entry.wrap = _wrap(result, outs)
     return entry

@@ -206,3 +206,34 @@ def test_replayed_backward_of_a_call_split_into_launches(path):
     for replayed in got[1:]:
         for a, b in zip(replayed, want):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("op", ["gae", "vtrace", "retrace"])
+def test_replayed_backward_follows_the_gradients_layout(path, op):
+    """A replayed call's backward scan is looked up by its output gradients' signatures:
+    gradients laid out differently (dense, broadcast as from ``sum()``, transposed, one of
+    them absent) on replays of one forward signature each give the checked path's gradients."""
+    problem = make_problem(op, (7, 5), device=path.device, seed=6)
+
+    def gradients(grads_of, checked: bool):
+        if checked:
+            _fast._CACHE.clear()
+        leaf = problem.args[0].clone().requires_grad_()
+        outs = problem.replace(**{problem.info.series[0]: leaf}).run()
+        wanted = [(o, g) for o, g in zip(outs, grads_of(outs)) if g is not None]
+        return torch.autograd.grad([o for o, _ in wanted], leaf, [g for _, g in wanted])[0]
+
+    layouts = [
+        lambda outs: [torch.ones_like(o) * (k + 1) for k, o in enumerate(outs)],
+        lambda outs: [torch.ones((), device=o.device).expand(o.shape) for o in outs],
+        lambda outs: [torch.arange(o.numel(), device=o.device, dtype=o.dtype).reshape(o.shape[::-1]).t() for o in outs],
+        lambda outs: [torch.ones_like(outs[0])] + [None] * (len(outs) - 1),
+    ]
+    _fast._CACHE.clear()
+    gradients(layouts[0], checked=False)  # the first call records the signature
+    replayed = [gradients(g, checked=False) for g in layouts]
+    (entry,) = [e for e in _fast._CACHE.values() if isinstance(e, _fast._GradEntry)]
+    assert len(entry.call.backward_runners) == len(layouts)  # one backward runner per gradients' layout
+    checked = [gradients(g, checked=True) for g in layouts]
+    for a, b in zip(replayed, checked):
+        assert torch.equal(a, b)
