@@ -468,6 +468,8 @@ def _steps_in_rows(layout, tensors, kinds) -> bool:
 #: A runner that may run in parallel runs the other version than the one it picked on every
 #: this many calls, to follow changes in the machine's load (see :class:`_Versions`).
 RECHECK_EVERY = 32
+#: How many of a version's last timed calls its time is the least of (see :class:`_Versions`).
+RECENT = 3
 
 
 class _Versions:
@@ -479,33 +481,45 @@ class _Versions:
     loop's own calls counted as such work: on 2 CPUs, after 15 s of back-to-back calls the load
     passed 1 and every call ran serially, 2× slower (the linear scan at 4096 × 2048: 3.2 against
     6.2 ms into ``out=``); and environments stepped between updates load the CPUs only while
-    the loop does not run. So the runner times its own calls: the parallel version first, then
-    the serial one, each timed from its second call (the first may compile it), then the faster
-    one, with the other run again every :data:`RECHECK_EVERY` calls. Both versions compute the
-    same bits."""
+    the loop does not run. So the runner times its own calls. The first ones take turns,
+    parallel first, until each version has :data:`RECENT` timed calls (a version's first call
+    is not timed: it may compile it); then the faster version runs, and the other again every
+    :data:`RECHECK_EVERY` calls. Both versions compute the same bits.
 
-    __slots__ = ("seconds", "runs", "calls")
+    A version's time is the least of its last :data:`RECENT` timed calls: calls of one
+    signature into fresh outputs (whose new pages fault in) and into ``out=`` take different
+    times, and one such call or an average over both kinds favoured the version that had run
+    more calls of the faster kind (GAE ran serially, 1.4× slower, in ``rlscan bench --host``)."""
+
+    __slots__ = ("recent", "runs", "calls")
 
     def __init__(self):
-        self.seconds = [None, None]  # the serial version's and the parallel one's, lately
+        self.recent = ([], [])  # the serial version's and the parallel one's last timed calls
         self.runs = [0, 0]
         self.calls = 0
+
+    @property
+    def seconds(self) -> list:
+        """``[serial, parallel]``: each version's time lately (``None`` before it was timed)."""
+        return [min(r) if r else None for r in self.recent]
 
     def parallel(self) -> bool:
         """Whether the next call runs the parallel version."""
         self.calls += 1
-        serial, parallel = self.seconds
-        if parallel is None or serial is None:
-            return parallel is None
-        faster = parallel <= serial
+        if self.calls <= 2 * (RECENT + 1):  # the first calls take turns, so that both versions
+            return self.calls % 2 == 1      # are timed under the same conditions
+        serial, parallel = self.recent
+        faster = min(parallel) <= min(serial)
         return faster != (self.calls % RECHECK_EVERY == 0)
 
     def note(self, parallel: bool, seconds: float) -> None:
         k = int(parallel)
         self.runs[k] += 1
         if self.runs[k] > 1:
-            last = self.seconds[k]
-            self.seconds[k] = seconds if last is None else (last + seconds) / 2
+            recent = self.recent[k]
+            recent.append(seconds)
+            if len(recent) > RECENT:
+                del recent[0]
 
 
 class CpuRunner:

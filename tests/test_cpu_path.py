@@ -48,9 +48,11 @@ def test_parallel_loops_are_the_serial_loops_bit_for_bit(op, shape, time_dim, la
 
 
 def test_a_runner_runs_the_version_that_was_faster_lately():
-    """Parallel twice, serial twice (each version's first call is not timed: it may compile),
-    then the faster one, with the other run again every RECHECK_EVERY calls; a recheck that
-    finds the other version faster switches to it."""
+    """The first calls take turns, until each version has RECENT timed calls (its first is not
+    timed: it may compile it); then the faster one runs, with the other again every
+    RECHECK_EVERY calls. A version's time is the least of its last RECENT calls: one slow call
+    changes nothing, RECENT in a row switch to the other version, and one fast recheck
+    switches back."""
     versions = _cpu._Versions()
     seconds = {True: 1.0, False: 3.0}  # the parallel version is 3x faster
     ran = []
@@ -58,17 +60,19 @@ def test_a_runner_runs_the_version_that_was_faster_lately():
         parallel = versions.parallel()
         ran.append(parallel)
         versions.note(parallel, seconds[parallel])
-    assert ran[:4] == [True, True, False, False]
-    assert [k + 1 for k, p in enumerate(ran[4:], start=4) if not p] == [_cpu.RECHECK_EVERY, 2 * _cpu.RECHECK_EVERY]
-    seconds[True] = 9.0  # the CPUs got busy: the parallel version slows down
+    turns = 2 * (_cpu.RECENT + 1)
+    assert ran[:turns] == [True, False] * (_cpu.RECENT + 1)
+    assert [k + 1 for k, p in enumerate(ran[turns:], start=turns) if not p] == [_cpu.RECHECK_EVERY, 2 * _cpu.RECHECK_EVERY]
+    assert versions.seconds == [3.0, 1.0]
+    versions.note(True, 9.0)  # one slow call (its outputs' pages faulted in, say)
     assert versions.parallel() is True
-    versions.note(True, seconds[True])
+    for _ in range(_cpu.RECENT):  # the CPUs got busy: the parallel version slows down
+        versions.note(True, 9.0)
     assert versions.parallel() is False
     while versions.parallel() is False:
         versions.note(False, seconds[False])
     assert versions.calls % _cpu.RECHECK_EVERY == 0  # the recheck of the parallel version
     versions.note(True, 1.0)  # the CPUs are idle again
-    versions.note(True, 1.0)
     assert versions.parallel() is True
 
 
@@ -80,10 +84,9 @@ def test_large_calls_time_both_versions(monkeypatch):
     _call._CPU_RUNNERS.clear()
     _fast._CACHE.clear()
     problem = make_problem("gae", (9, 256), seed=5, terminated="random")
-    results = [_run_on_cpu(problem) for _ in range(5)]
+    results = [_run_on_cpu(problem) for _ in range(2 * (_cpu.RECENT + 1))]
     (runner,) = _call._CPU_RUNNERS.values()
-    serial, parallel = runner.versions.runs  # the fifth call ran the faster one, whichever
-    assert serial >= 2 and parallel >= 2 and serial + parallel == 5 and None not in runner.versions.seconds
+    assert runner.versions.runs == [_cpu.RECENT + 1] * 2 and None not in runner.versions.seconds
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert bitwise_equal(a, b)

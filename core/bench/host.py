@@ -341,14 +341,27 @@ def _large(p, shape: tuple, repeat: int, sync, fl) -> dict:
                             "loop": lambda: loop(dn, case.params, loops.NumpyOps)}, sync, repeat, target_s=0.02)
         t_rl, t_out, t_np = t["rlscan"], t["rlscan_out"], t["loop"]
         floor = cases.moved_bytes(d, len(got), T, N, torch.float32) / fl.bandwidth
+        serial, parallel = _loop_versions_run(name)
         out[name] = {"rlscan_us": t_rl * 1e6, "rlscan_out_us": t_out * 1e6, "numpy_loop_us": t_np * 1e6,
                      "floor_us": floor * 1e6, "over_numpy_loop": t_np / t_rl, "over_floor": t_rl / floor,
-                     "out_over_floor": t_out / floor, "rel_err_vs_numpy_loop": err}
+                     "out_over_floor": t_out / floor, "rel_err_vs_numpy_loop": err,
+                     "serial_loop_calls": serial, "parallel_loop_calls": parallel}
         p.line(f"host · cpu {name} {N}×{T}: {t_rl * 1e3:.2f} ms, ×{t_np / t_rl:.2f} the numpy loop, "
                f"{t_rl / floor:.2f}× the copy floor; into out= buffers {t_out * 1e3:.2f} ms, "
-               f"{t_out / floor:.2f}× (rel diff {err:.0e})")
+               f"{t_out / floor:.2f}× (rel diff {err:.0e}); the parallel loop ran {parallel} of "
+               f"{serial + parallel} calls")
         del d, dn, got, want, given, into
     return out
+
+
+def _loop_versions_run(name: str) -> tuple:
+    """``(serial, parallel)``: how many calls of op ``name``'s CPU runners ran each version of
+    the loop (each runner times both and runs the faster, ``_cpu._Versions``)."""
+    from .. import _call
+
+    runs = [r.versions.runs for r in list(_call._CPU_RUNNERS.values())
+            if r.op.name in (name, name + "_reverse") and getattr(r, "versions", None) is not None]
+    return sum(r[0] for r in runs), sum(r[1] for r in runs)
 
 
 BACKWARD_OPS = ("gae", "vtrace", "retrace")
