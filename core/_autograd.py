@@ -9,7 +9,6 @@ instead (recomputing it once, only if backward runs).
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -138,7 +137,9 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
     if runners is None:
         call.compute(spec, tensors, scalars, outs, False)
         return
-    n = _leading_grads(spec)
+    n = _LEADING_GRADS.get(spec.name)
+    if n is None:  # the first inputs of a fused backward, named grad..., are the output gradients
+        n = _LEADING_GRADS[spec.name] = next(k for k, (name, _) in enumerate(spec.inputs) if not name.startswith("grad"))
     key = (spec.name, tuple(map(tensor_signature, tensors[:n])), _backend.get_backend(), _launch.settings_key())
     runner = runners.get(key)
     if runner is None:
@@ -149,10 +150,7 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
     runner(tensors, outs, scalars)
 
 
-@functools.lru_cache(maxsize=None)
-def _leading_grads(spec) -> int:
-    """How many of a fused backward's first inputs are output gradients (named ``grad...``)."""
-    return next(k for k, (name, _) in enumerate(spec.inputs) if not name.startswith("grad"))
+_LEADING_GRADS: dict = {}  # a fused backward's name -> how many of its first inputs are output gradients
 
 
 def _applying():

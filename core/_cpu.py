@@ -478,10 +478,9 @@ class _Versions:
 
     Other work on the CPUs slows the parallel version down (its threads wait for each other)
     and can make it slower than the serial one. Judged by the load average instead, a training
-    loop's own calls counted as such work: on 2 CPUs, after 15 s of back-to-back calls the load
-    passed 1 and every call ran serially, 2× slower (the linear scan at 4096 × 2048: 3.2 against
-    6.2 ms into ``out=``); and environments stepped between updates load the CPUs only while
-    the loop does not run. So the runner times its own calls. The first ones take turns,
+    loop's own calls counted as such work: on 2 CPUs, after some seconds of back-to-back calls
+    the load passed 1 and every call ran serially, 2× slower (``tools/cpu_sustained.py``); and
+    environments stepped between updates load the CPUs only while the loop does not run. So the runner times its own calls. The first ones take turns,
     parallel first, until each version has :data:`RECENT` timed calls (a version's first call
     is not timed: it may compile it); then the faster version runs, and the other again every
     :data:`RECHECK_EVERY` calls. Both versions compute the same bits.
