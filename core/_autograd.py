@@ -95,9 +95,14 @@ def _through_torch_form(ctx, call, tensors: tuple, grads: tuple) -> tuple:
     return tuple(next(found) if x is not None and need else None for x, need in zip(leaves, needs))
 
 
+# a fused backward's name -> how many of its first inputs (named grad...) are output gradients
+_LEADING_GRADS: dict = {}
+
+
 def backward_spec(name: str, inputs: tuple, n_out: int, kernel, time_contiguous_of: int, cpu):
     """The :class:`OpSpec` of a fused backward scan: ``inputs`` are the output gradients and
     what the forward saved; its outputs are the inputs' gradients. ``cpu`` is its CPU loop."""
+    _LEADING_GRADS[name] = next(k for k, (input_name, _) in enumerate(inputs) if not input_name.startswith("grad"))
     return OpSpec(name=name, inputs=inputs, n_out=n_out, kernel=kernel, cpu=cpu,
                   differentiable=triton_only, time_contiguous_of=time_contiguous_of)
 
@@ -137,10 +142,8 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
     if runners is None:
         call.compute(spec, tensors, scalars, outs, False)
         return
-    n = _LEADING_GRADS.get(spec.name)
-    if n is None:  # the first inputs of a fused backward, named grad..., are the output gradients
-        n = _LEADING_GRADS[spec.name] = next(k for k, (name, _) in enumerate(spec.inputs) if not name.startswith("grad"))
-    key = (spec.name, tuple(map(tensor_signature, tensors[:n])), _backend.get_backend(), _launch.settings_key())
+    grads = tensors[:_LEADING_GRADS[spec.name]]
+    key = (spec.name, tuple(map(tensor_signature, grads)), _backend.get_backend(), _launch.settings_key())
     runner = runners.get(key)
     if runner is None:
         runner = call.compute(spec, tensors, scalars, outs, False)
@@ -148,9 +151,6 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
             runners[key] = runner
         return
     runner(tensors, outs, scalars)
-
-
-_LEADING_GRADS: dict = {}  # a fused backward's name -> how many of its first inputs are output gradients
 
 
 def _applying():

@@ -360,7 +360,7 @@ def _loop_versions_run(name: str) -> tuple:
     from .. import _call
 
     runs = [r.versions.runs for r in list(_call._CPU_RUNNERS.values())
-            if r.op.name in (name, name + "_reverse") and getattr(r, "versions", None) is not None]
+            if r.op.name in (name, name + "_reverse") and r.versions is not None]
     return sum(r[0] for r in runs), sum(r[1] for r in runs)
 
 
