@@ -4,7 +4,9 @@
   terminated=d)`` called back to back, eagerly and under ``torch.compile(fullgraph=True)``
   (default mode; on CUDA also ``mode="reduce-overhead"``), each next to a torch graph with
   the same inputs and outputs compiled the same way (the twin: torch's own cost per
-  compiled call, which rlscan cannot remove). rlscan's share is the difference. On CUDA also
+  compiled call, which rlscan cannot remove). rlscan's share is the difference, split into
+  the guards that tracing ``rlscan.gae`` adds and the op's node (the custom op compiled
+  alone, against the twin). On CUDA also
   LeanRL's pattern: ``gae`` compiled and wrapped in tensordict's ``CudaGraphModule``, for
   rlscan's one line (``rlscan.adapters.cleanrl.gae``), LeanRL's own loop and the twin.
 * autograd: the forward without grad, the forward that records for backward, and forward +
@@ -47,6 +49,14 @@ def _gae(r, v, d, last):
     import rlscan
 
     return rlscan.gae(r, v, bootstrap_value=last, terminated=d)
+
+
+def _gae_op_alone(r, v, d, last):
+    """``_gae``'s custom op with the arguments ``rlscan.gae`` passes it here (the tensors in
+    the op's input order, then γ, λ and γλ): a compiled graph of this holds the same node
+    as ``_gae``'s, without the guards that tracing ``rlscan.gae``'s Python adds."""
+    return tuple(torch.ops.rlscan.gae.default([r, v, None, last, d, None, None, None], [0.99, 0.95, 0.99 * 0.95],
+                                              0, False, None))
 
 
 def _torch_twin(r, v, d, last):
@@ -131,6 +141,12 @@ def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
         out[name] = {"status": "ok", "compile_s": compile_s}
         fns[name] = lambda f=ours: f(*args)
         fns[name + "_twin"] = lambda f=twin: f(*args)
+        if name == "compiled_default":
+            alone, got, _ = _compiled(_gae_op_alone, kw, args, sync)
+            if all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, expected)):
+                fns["op_alone"] = lambda f=alone: f(*args)
+            else:  # the op's arguments are not the ones written in _gae_op_alone any more
+                p.line("host · the custom op alone: WRONG result, not timed", style="bold red")
     t = _time_together(fns, sync, repeat)
     eager = t["eager"]
     out["eager_us"] = eager * 1e6
@@ -143,6 +159,12 @@ def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
                          op_share_us=share * 1e6, op_share_over_eager=share / eager)
         p.line(f"host · {name}: {t[name] * 1e6:.1f} µs/call (compile {out[name]['compile_s']:.1f} s); the torch twin "
                f"{t[name + '_twin'] * 1e6:.1f} µs; rlscan's share {share * 1e6:.1f} µs, ×{share / eager:.2f} the eager call")
+        if name == "compiled_default" and "op_alone" in t:
+            alone = t["op_alone"]
+            out[name].update(op_alone_us=alone * 1e6, guards_us=(t[name] - alone) * 1e6)
+            p.line(f"host · {name}: the custom op alone compiled {alone * 1e6:.1f} µs/call, so the guards of "
+                   f"rlscan's traced Python {(t[name] - alone) * 1e6:.1f} µs and the op's node "
+                   f"{(alone - t[name + '_twin']) * 1e6:.1f} µs over the twin's")
     if device.type == "cuda":
         out["leanrl"] = leanrl_section(p, device, N, T, repeat)
     return out
