@@ -480,10 +480,11 @@ class _Versions:
     and can make it slower than the serial one. Judged by the load average instead, a training
     loop's own calls counted as such work: on 2 CPUs, after some seconds of back-to-back calls
     the load passed 1 and every call ran serially, 2× slower (``tools/cpu_sustained.py``); and
-    environments stepped between updates load the CPUs only while the loop does not run. So the runner times its own calls. The first ones take turns,
-    parallel first, until each version has :data:`RECENT` timed calls (a version's first call
-    is not timed: it may compile it); then the faster version runs, and the other again every
-    :data:`RECHECK_EVERY` calls. Both versions compute the same bits.
+    environments stepped between updates load the CPUs only while the loop does not run. So
+    the runner times its own calls. The first ones take turns, parallel first, until each
+    version has :data:`RECENT` timed calls (a version's first call is not timed: it may compile
+    it); then the faster version runs, and the other again every :data:`RECHECK_EVERY` calls.
+    Both versions compute the same bits.
 
     A version's time is the least of its last :data:`RECENT` timed calls: calls of one
     signature into fresh outputs (whose new pages fault in) and into ``out=`` take different

@@ -27,7 +27,7 @@ import time
 import torch
 
 import rlscan
-from rlscan import _call
+from rlscan.bench.host import _loop_versions_run
 
 
 def _call_of(op: str, T: int, N: int):
@@ -42,10 +42,6 @@ def _call_of(op: str, T: int, N: int):
         "td_lambda": lambda: rlscan.td_lambda(x, y, bootstrap_value=y[0], terminated=dones, out=out),
     }
     return calls[op]
-
-
-def _parallel_runs() -> int:
-    return sum(r.versions.runs[1] for r in list(_call._CPU_RUNNERS.values()) if getattr(r, "versions", None))
 
 
 def main() -> None:
@@ -65,12 +61,12 @@ def main() -> None:
         print(f"{'s':>6} {'load':>6} {'ms/call':>8} {'parallel':>9}")
         start = time.perf_counter()
         while time.perf_counter() - start < args.seconds:
-            times, before, begun = [], _parallel_runs(), time.perf_counter()
+            times, before, begun = [], _loop_versions_run(args.op)[1], time.perf_counter()
             while time.perf_counter() - begun < args.every:
                 t0 = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t0)
-            share = (_parallel_runs() - before) / len(times)
+            share = (_loop_versions_run(args.op)[1] - before) / len(times)
             print(f"{time.perf_counter() - start:6.1f} {os.getloadavg()[0]:6.2f} "
                   f"{statistics.median(times) * 1e3:8.2f} {share:9.0%}", flush=True)
     finally:

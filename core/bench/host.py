@@ -165,11 +165,10 @@ def compiled_section(p, device, N: int, T: int, repeat: int) -> dict:
                f"{t[name + '_twin'] * 1e6:.1f} µs; rlscan's share {share * 1e6:.1f} µs, ×{share / eager:.2f} the eager call")
         if name == "compiled_default" and "op_alone" in t:
             alone = t["op_alone"]
-            out[name].update(op_alone_us=alone * 1e6, guards_us=(t[name] - alone) * 1e6,
-                             op_node_us=(alone - t[name + "_twin"]) * 1e6)
+            guards, node = t[name] - alone, alone - t[name + "_twin"]
+            out[name].update(op_alone_us=alone * 1e6, guards_us=guards * 1e6, op_node_us=node * 1e6)
             p.line(f"host · {name}: the custom op alone compiled {alone * 1e6:.1f} µs/call, so the guards of "
-                   f"rlscan's traced Python {(t[name] - alone) * 1e6:.1f} µs and the op's node "
-                   f"{(alone - t[name + '_twin']) * 1e6:.1f} µs over the twin's")
+                   f"rlscan's traced Python {guards * 1e6:.1f} µs and the op's node {node * 1e6:.1f} µs over the twin's")
     if device.type == "cuda":
         out["leanrl"] = leanrl_section(p, device, N, T, repeat)
     return out
