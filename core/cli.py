@@ -149,6 +149,9 @@ def parser() -> argparse.ArgumentParser:
                    help="SMs of the GPU to plan for (default: this GPU's, else 132)")
     p.add_argument("--deterministic", action="store_true",
                    help="as under torch.use_deterministic_algorithms(True)")
+    p.add_argument("--gpu", default=None, metavar="NAME",
+                   help='plan as on the GPU of this name, e.g. "NVIDIA H100 80GB HBM3": the table rlscan would read '
+                        "there (default: this GPU's, else the H200's)")
     t = sub.add_parser(
         "tune", help="re-measure the launch settings table on this GPU and write it",
         description="For each shape class of the launch settings table, at its representative shape, time the "
@@ -172,7 +175,7 @@ def _plan(args) -> int:
 
     n, t = args.shape
     print(report(args.op, n, t, args.layout, getattr(torch, args.dtype), n_sm=args.device_sm,
-                 deterministic=args.deterministic))
+                 deterministic=args.deterministic, gpu=args.gpu))
     return 0
 
 
@@ -185,7 +188,9 @@ def _tune(args) -> int:
     if not torch.cuda.is_available():
         print("rlscan tune needs a CUDA GPU: it times the launch settings on the GPU they are for", file=sys.stderr)
         return 2
-    table = settings.active_table(torch.cuda.get_device_name())
+    name = torch.cuda.get_device_name()
+    n_sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    table = settings.active_table(name, n_sm)
     try:
         classes = None if args.classes is None else [int(x) for x in args.classes.split(",") if x.strip()]
     except ValueError:
@@ -194,8 +199,6 @@ def _tune(args) -> int:
     if classes is not None and not all(0 <= i < len(table.classes) for i in classes):
         print(f"rlscan tune: --classes must be among 0..{len(table.classes) - 1}", file=sys.stderr)
         return 2
-    name = torch.cuda.get_device_name()
-    n_sm = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     print(f"rlscan tune: {name} ({n_sm} SMs), starting from {table.path}, budget {args.budget_s:.0f} s", flush=True)
     raw = tune(table, ops=args.ops, device=torch.device("cuda"), gpu=name, n_sm=n_sm, budget_s=args.budget_s,
                classes=classes, progress=lambda line: print(line, flush=True))

@@ -202,6 +202,54 @@ def test_the_loader_prefers_the_environment_then_the_device_cache_then_the_shipp
     assert settings.active_table("NVIDIA A100-SXM4-80GB").path == str(chosen)
 
 
+@pytest.mark.parametrize("name, model", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                         ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", "4090"),
+                                         ("NVIDIA L4", "l4"), ("Tesla V100-SXM2-16GB", "v100")])
+def test_a_gpu_model_is_read_from_its_name(name, model):
+    assert settings.gpu_model(name) == model
+
+
+@pytest.fixture
+def two_shipped_tables(no_user_tables, monkeypatch):
+    """A tables folder holding the shipped H200 table and an H100 one of 132 SMs."""
+    folder = no_user_tables / "tables"
+    folder.mkdir()
+    (folder / "h200.json").write_text(settings.SHIPPED.read_text())
+    (folder / "h100.json").write_text(settings.dumps(dict(minimal_table(num_warps=2), gpu="NVIDIA H100 80GB HBM3",
+                                                          n_sm=132)))
+    monkeypatch.setattr(settings, "TABLES", folder)
+    monkeypatch.setattr(settings, "SHIPPED", folder / "h200.json")
+    settings.clear_cache()
+    yield folder
+    settings.clear_cache()
+
+
+def test_each_card_reads_the_table_measured_on_it_and_another_the_closest_with_a_note(two_shipped_tables):
+    h100 = settings.active_table("NVIDIA H100 80GB HBM3", 132)
+    assert Path(h100.path).name == "h100.json" and settings.shipped_for("NVIDIA H100 80GB HBM3", 132).note is None
+    assert settings.active_table("NVIDIA H100 PCIe", None) is h100  # the model's table when the SMs are not known
+    assert Path(settings.active_table("NVIDIA H200", 132).path).name == "h200.json"
+    assert settings.active_table(None) is settings.shipped()  # no GPU: the H200's
+    pcie = settings.shipped_for("NVIDIA H100 PCIe", 114)
+    assert pcie.table is h100 and "no shipped table was measured on NVIDIA H100 PCIe (114 SMs)" in pcie.note
+    assert "h100.json, measured on NVIDIA H100 80GB HBM3 (132 SMs), is the closest" in pcie.note
+    a100 = settings.shipped_for("NVIDIA A100-SXM4-80GB", 108)
+    assert a100.table is settings.shipped() and "`rlscan tune` measures one" in a100.note  # a tie goes to the H200's
+
+
+def test_plan_names_the_table_it_read_for_a_named_gpu(two_shipped_tables, capsys):
+    from rlscan import cli
+
+    assert cli.main(["plan", "gae", "--shape", "4096x128", "--layout", "nt", "--gpu", "NVIDIA H100 80GB HBM3"]) == 0
+    out = capsys.readouterr().out
+    assert f"table: {two_shipped_tables / 'h100.json'} (shipped; read for NVIDIA H100 80GB HBM3 (--gpu)" in out
+    assert "note:" not in out and "132 SMs (the table's" in out
+    assert cli.main(["plan", "gae", "--shape", "4096x128", "--gpu", "NVIDIA A100-SXM4-80GB", "--device-sm", "108"]) == 0
+    out = capsys.readouterr().out
+    assert "h200.json (shipped" in out and "note:  no shipped table was measured on NVIDIA A100-SXM4-80GB (108 SMs)" in out
+    assert "108 SMs (--device-sm)" in out
+
+
 def test_a_bad_user_table_warns_once_and_the_shipped_one_is_used(no_user_tables, monkeypatch):
     bad = no_user_tables / "bad.json"
     raw = minimal_table()

@@ -124,18 +124,28 @@ def _conditions(when: dict) -> str:
 
 
 def report(op: str, N: int, T: int, layout: str, dtype, n_sm: Optional[int] = None,
-           deterministic: bool = False, table: Optional[settings.Table] = None) -> str:
-    """What ``rlscan plan`` prints: the table, the call, the class matched, the settings."""
+           deterministic: bool = False, table: Optional[settings.Table] = None, gpu: Optional[str] = None) -> str:
+    """What ``rlscan plan`` prints: the table, the call, the class matched, the settings.
+    ``gpu``: plan as on a GPU of that name (default: this GPU's, else none: the H200 table)."""
     sm, sm_source = sm_count(n_sm)
+    if gpu and not n_sm:
+        sm, sm_source = None, None  # the named GPU's table says its SMs, unless --device-sm does
     query = probe(op, N, T, layout, dtype)
+    note = None
     if table is None:
-        name = settings.current_device_name()
-        table = settings.active_table(name)
-        chosen = settings.table_path(name)
-        which = "shipped" if table.path == str(settings.SHIPPED) else "RLSCAN_SETTINGS" if os.environ.get(
-            "RLSCAN_SETTINGS", "").strip() else "this GPU's tuned table"
+        name = gpu or settings.current_device_name()
+        table = settings.active_table(name, sm)
+        chosen = settings.table_path(name, sm)
         if str(chosen.expanduser()) != table.path:
-            which += f"; {chosen} did not load, so the shipped table stands in"
+            which = f"{chosen} did not load, so the shipped table stands in"
+        elif chosen.parent == settings.TABLES:
+            which = "shipped"
+            note = settings.shipped_for(name, sm).note
+        else:
+            which = "RLSCAN_SETTINGS" if os.environ.get("RLSCAN_SETTINGS", "").strip() else "this GPU's tuned table"
+        if sm is None:
+            sm, sm_source = table.n_sm, f"the table's; --device-sm gives {gpu}'s"
+        which += f"; read for {gpu} (--gpu)" if gpu else ""
     else:
         which = "given"
     q = settings.Query(query["T"], query["B"], query["time_contiguous"], sm, query["reverse"], deterministic,
@@ -147,6 +157,7 @@ def report(op: str, N: int, T: int, layout: str, dtype, n_sm: Optional[int] = No
         f"rlscan plan: {op}, {shape} ({'time-major' if layout == 'tn' else 'contiguous along time'}), "
         f"{str(dtype).replace('torch.', '')}",
         f"table: {table.path} ({which}; measured on {table.gpu or 'an unnamed GPU'})",
+        *([f"note:  {note}"] if note else []),
         f"call:  T={q.T} B={q.B} time_contiguous={q.time_contiguous} reverse={q.reverse} series={q.series} "
         f"words={q.words} deterministic={q.deterministic}, {sm} SMs ({sm_source})",
         f"class {index}: {c.name}",

@@ -102,7 +102,7 @@ def _table(device: torch.device) -> "_settings.Table":
             _DEVICE_NAME[key] = torch.cuda.get_device_name(key)
         except Exception:  # noqa: BLE001 - no device to name (compiling for a GPU target without one)
             _DEVICE_NAME[key] = None
-    return _settings.active_table(_DEVICE_NAME[key])
+    return _settings.active_table(_DEVICE_NAME[key], _sm_count(device) if _DEVICE_NAME[key] else None)
 
 
 def choose_configs(T: int, B: int, time_contiguous: bool, exact: bool, device: torch.device,

@@ -32,8 +32,11 @@ Sizes never exceed the problem: ``block_b <= pow2(B)``, ``block_t <= pow2(T)`` a
 ``measured`` (the ratio that chose it, or ``null`` for a fallback nobody timed).
 
 Which table: ``RLSCAN_SETTINGS=/path.json`` if set, else
-``~/.cache/rlscan/settings/<GPU name>.json`` if present, else the shipped ``h200.json``.
-A user table that does not load or validate warns once and the shipped one is used.
+``~/.cache/rlscan/settings/<GPU name>.json`` if present, else a shipped table
+(``tables/*.json``, one per card it was measured on): the one measured on this GPU's model
+(``H100`` in ``NVIDIA H100 80GB HBM3``) with its SM count, else the closest by SM count, with
+a note that ``rlscan plan`` prints. Without a GPU, ``h200.json``. A user table that does not
+load or validate warns once and the shipped one is used.
 """
 from __future__ import annotations
 
@@ -74,7 +77,8 @@ MAX_CHUNK_TILE = 4096
 SPLIT_MIN_T = 1024  # below this, a second launch does not pay for itself
 SPLIT_MIN_WINDOWS = 4
 
-SHIPPED = Path(__file__).with_name("tables") / "h200.json"
+TABLES = Path(__file__).with_name("tables")
+SHIPPED = TABLES / "h200.json"  # the table for calls planned without a GPU
 CACHE_DIR = Path("~/.cache/rlscan/settings")
 DEFAULT_N_SM = 132  # an H200's, assumed where no GPU is present
 
@@ -299,6 +303,61 @@ def cache_path(device_name: str) -> Path:
     return CACHE_DIR.expanduser() / device_file_name(device_name)
 
 
+_LOADED: dict = {}
+_WARNED: set = set()
+
+
+def gpu_model(device_name: str) -> str:
+    """The model in a GPU's name, which tables are matched by: ``"NVIDIA H100 80GB HBM3"`` ->
+    ``"h100"``, ``"NVIDIA A100-SXM4-80GB"`` -> ``"a100"``, ``"NVIDIA GeForce RTX 4090"`` -> ``"4090"``
+    (the first word of letters then digits, or of 3+ digits; the whole name where none is)."""
+    words = re.findall(r"[a-z]+\d+[a-z]*|\d{3,}[a-z]*", device_name.lower())
+    return words[0] if words else device_name.lower().strip()
+
+
+def _read_shipped(path: Path) -> Table:
+    key = ("shipped", str(path))
+    if key not in _LOADED:
+        _LOADED[key] = load(path)
+    return _LOADED[key]
+
+
+def shipped() -> Table:
+    """The table for calls planned without a GPU (measured on an H200)."""
+    return _read_shipped(SHIPPED)
+
+
+def shipped_tables() -> tuple:
+    """Every table that ships with rlscan, ``h200.json`` first."""
+    if "shipped tables" not in _LOADED:
+        paths = sorted(TABLES.glob("*.json"), key=lambda p: (p != SHIPPED, p.name))
+        _LOADED["shipped tables"] = tuple(_read_shipped(p) for p in paths)
+    return _LOADED["shipped tables"]
+
+
+class Choice(NamedTuple):
+    table: Table
+    note: Optional[str]  # why a table measured on another card stands in, or None
+
+
+def shipped_for(device_name: Optional[str], n_sm: Optional[int] = None) -> Choice:
+    """The shipped table for a GPU: the one measured on its model with its SM count; else the
+    one whose SM count is closest (its model's first, the H200's on a tie), with a note."""
+    if not device_name:
+        return Choice(shipped(), None)
+    tables = shipped_tables()
+    model = gpu_model(device_name)
+    same_model = [t for t in tables if gpu_model(t.gpu) == model]
+    for t in same_model:
+        if n_sm is None or t.n_sm == n_sm:
+            return Choice(t, None)
+    sms = DEFAULT_N_SM if n_sm is None else n_sm
+    best = min(same_model or tables, key=lambda t: (abs(t.n_sm - sms), t.path != str(SHIPPED)))
+    about = f"{device_name} ({n_sm} SMs)" if n_sm is not None else f"{device_name} (SMs not given)"
+    return Choice(best, f"no shipped table was measured on {about}; {Path(best.path).name}, measured on {best.gpu} "
+                        f"({best.n_sm} SMs), is the closest. `rlscan tune` measures one for this GPU")
+
+
 def current_device_name() -> Optional[str]:
     """The name of the current CUDA device, or ``None`` without one."""
     try:
@@ -309,21 +368,21 @@ def current_device_name() -> Optional[str]:
         return None
 
 
-_LOADED: dict = {}
-_WARNED: set = set()
+def current_device_sm() -> Optional[int]:
+    """The SM count of the current CUDA device, or ``None`` without one."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    except Exception:  # noqa: BLE001 - no usable CUDA
+        pass
+    return None
 
 
-def shipped() -> Table:
-    """The table that ships with rlscan (measured on an H200)."""
-    key = ("shipped", str(SHIPPED))
-    if key not in _LOADED:
-        _LOADED[key] = load(SHIPPED)
-    return _LOADED[key]
-
-
-def table_path(device_name: Optional[str] = None) -> Path:
+def table_path(device_name: Optional[str] = None, n_sm: Optional[int] = None) -> Path:
     """The file the loader reads for ``device_name``: ``RLSCAN_SETTINGS``, the device's
-    cached table, or the shipped one, in that order."""
+    cached table, or the shipped table for it (:func:`shipped_for`), in that order."""
     env = os.environ.get("RLSCAN_SETTINGS", "").strip()
     if env:
         return Path(env).expanduser()
@@ -331,25 +390,26 @@ def table_path(device_name: Optional[str] = None) -> Path:
         cached = cache_path(device_name)
         if cached.is_file():
             return cached
-    return SHIPPED
+    return Path(shipped_for(device_name, n_sm).table.path)
 
 
-def active_table(device_name: Optional[str] = None) -> Table:
-    """The table calls on ``device_name`` use; a user table that fails to load warns once
-    and the shipped table stands in."""
-    path = table_path(device_name)
-    if path == SHIPPED:
-        return shipped()
+def active_table(device_name: Optional[str] = None, n_sm: Optional[int] = None) -> Table:
+    """The table calls on ``device_name`` (of ``n_sm`` SMs) use; a user table that fails to
+    load warns once and the shipped table for the device stands in."""
+    path = table_path(device_name, n_sm)
+    if path.parent == TABLES:
+        return _read_shipped(path)
     key = ("user", str(path))
     if key not in _LOADED:
         try:
             _LOADED[key] = load(path)
         except ValueError as exc:
+            fallback = shipped_for(device_name, n_sm).table
             if key not in _WARNED:
                 _WARNED.add(key)
                 warnings.warn(f"rlscan: ignoring the launch settings table {path} ({exc}); using the shipped "
-                              f"{SHIPPED.name}", RuntimeWarning, stacklevel=3)
-            _LOADED[key] = shipped()
+                              f"{Path(fallback.path).name}", RuntimeWarning, stacklevel=3)
+            _LOADED[key] = fallback
     return _LOADED[key]
 
 
@@ -427,7 +487,7 @@ def configs_for(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool 
     its settings that apply, each sized for the shape."""
     q = Query(int(T), int(B), bool(time_contiguous), int(n_sm), bool(reverse), bool(deterministic), int(series),
               bool(words))
-    _, chosen = candidates(q, active_table(current_device_name()) if table is None else table)
+    _, chosen = candidates(q, active_table(current_device_name(), current_device_sm()) if table is None else table)
     return tuple(dict.fromkeys(resolve(s, q) for s in chosen))  # a setting listed twice is tried once
 
 
