@@ -11,6 +11,7 @@ read and write the launch settings table (docs/tuning.md).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -131,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
                         "and autograd parts run at the first --shapes (default 4096x128)")
     b.add_argument("--host-large", type=_shape, default=(4096, 2048), dest="host_large",
                    help="the shape of --host's CPU grid, NxT (default 4096x2048)")
+    b.add_argument("--compile-jobs", type=int, default=None, dest="compile_jobs",
+                   help="on a GPU, processes that compile the grid's Triton kernels before it runs (default: half "
+                        "the CPUs, at most 8; 1: each compiles at its first call)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     b.add_argument("--merge", nargs="+", metavar="BENCH_JSON", default=None,
                    help="run nothing: merge the bench.json files of several runs of one grid on one machine (e.g. "
@@ -163,6 +167,9 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds to spend (default 1800); classes not reached keep their shipped order")
     t.add_argument("--out", default=None,
                    help="where to write the table (default ~/.cache/rlscan/settings/<GPU name>.json)")
+    t.add_argument("--jobs", type=_positive(int), default=None,
+                   help="processes that compile the candidates first, in parallel (default: half the CPUs, "
+                        "at most 8); 1 compiles each as it is timed")
     t.add_argument("--classes", default=None,
                    help="comma-separated class numbers to tune (as `rlscan plan` prints them; default all)")
     return top
@@ -201,7 +208,8 @@ def _tune(args) -> int:
         return 2
     print(f"rlscan tune: {name} ({n_sm} SMs), starting from {table.path}, budget {args.budget_s:.0f} s", flush=True)
     raw = tune(table, ops=args.ops, device=torch.device("cuda"), gpu=name, n_sm=n_sm, budget_s=args.budget_s,
-               classes=classes, progress=lambda line: print(line, flush=True))
+               classes=classes, progress=lambda line: print(line, flush=True),
+               jobs=args.jobs or max(1, min(8, (os.cpu_count() or 2) // 2)))
     path = write(raw, args.out or settings.cache_path(name))
     print(f"wrote {path}; `rlscan plan OP --shape NxT` shows what it chooses")
     return 0
@@ -239,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     opts = Options(ops=args.ops, shapes=args.shapes, layout=args.layout, dtype=getattr(torch, args.dtype),
                    quick=args.quick, e2e=args.e2e, out=args.out, repeat=args.repeat, cap_s=args.cap_s,
                    compile_budget_s=args.compile_budget_s, alternatives=args.alternatives, all_cells=args.all_cells,
-                   seed=args.seed, host=args.host, host_large=args.host_large)
+                   seed=args.seed, host=args.host, host_large=args.host_large, compile_jobs=args.compile_jobs)
     return run(opts)
 
 

@@ -121,13 +121,71 @@ def _run_checked(case, inputs, cfg, want, tolerance) -> tuple:
     return timed, None
 
 
-def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: float = 600.0,
-         clock: Optional[Callable] = None, progress: Callable = print, classes=None) -> dict:
-    """The re-measured table (parsed JSON, validated). ``ops``: bench op names; ``classes``:
-    indices of the classes to tune (default all); ``clock(fn, device)``: seconds per call."""
+def _class_inputs(c: settings.ShapeClass, op: str, device) -> tuple:
+    """``(case, inputs, dtype, deterministic)``: the bench case ``op`` at class ``c``'s shape."""
     import torch
 
     from ..bench.cases import CASES, make_inputs
+
+    dtype = torch.float32 if c.when.get("words", True) else torch.float64
+    case = CASES[op]
+    return case, make_inputs(case, c.shape["T"], c.shape["N"], dtype, c.shape["layout"], device), dtype, \
+        c.when.get("deterministic", False)
+
+
+def _compile_class(raw: dict, index: int, op: str, n_sm: int) -> int:
+    """In a worker process: run ``op`` at class ``index``'s shape once under each of its
+    candidate settings, so that their kernels land in Triton's on-disk cache; how many ran."""
+    import torch
+
+    from .explain import call_query
+    from .launch import forced_config
+
+    import rlscan
+
+    table = settings.validate(raw)
+    c = table.classes[index]
+    case, inputs, _, deterministic = _class_inputs(c, op, torch.device("cuda"))
+    torch.use_deterministic_algorithms(deterministic)
+    q = settings.Query(**dict(call_query(case, inputs), n_sm=n_sm, deterministic=deterministic))
+    if settings.match(q, table) is not c:
+        return 0
+    ran = 0
+    for _, cfg, _ in _candidates(table, c, q):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                with forced_config(**_forced_fields(cfg)), rlscan.use_backend("triton"):
+                    case.call(rlscan, inputs)
+                ran += 1
+            except Exception:  # noqa: BLE001 - the timing pass reports a setting that fails
+                pass
+    torch.cuda.synchronize()
+    return ran
+
+
+def precompile(table: settings.Table, *, ops, classes, n_sm: int, jobs: int, progress: Callable = print) -> None:
+    """Compile every candidate of ``classes`` for ``ops`` in ``jobs`` processes at once, before
+    the timing pass: the kernels' compile (most of a tune's time) then runs in parallel, and
+    the timing pass loads them from Triton's cache."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    start = time.monotonic()
+    tasks = [(index, op) for index in classes for op in ops]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        counts = list(pool.map(_compile_class, *zip(*[(table.raw, i, op, n_sm) for i, op in tasks])))
+    progress(f"compiled {sum(counts)} kernels' settings for {len(tasks)} (class, op) pairs in {jobs} processes "
+             f"in {time.monotonic() - start:.0f} s")
+
+
+def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: float = 600.0,
+         clock: Optional[Callable] = None, progress: Callable = print, classes=None, jobs: int = 1) -> dict:
+    """The re-measured table (parsed JSON, validated). ``ops``: bench op names; ``classes``:
+    indices of the classes to tune (default all); ``clock(fn, device)``: seconds per call;
+    ``jobs`` > 1: compile the candidates in that many processes first (:func:`precompile`)."""
+    import torch
+
     from ..bench.check import TOLERANCE, truth
     from .explain import call_query
 
@@ -135,6 +193,8 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
     raw = copy.deepcopy(table.raw)
     deadline = time.monotonic() + budget_s
     wanted = range(len(table.classes)) if classes is None else classes
+    if jobs > 1 and device.type == "cuda":
+        precompile(table, ops=ops, classes=list(wanted), n_sm=n_sm, jobs=jobs, progress=progress)
     tuned = 0
     for index in wanted:
         c = table.classes[index]
@@ -150,8 +210,7 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
             if time.monotonic() > deadline:
                 progress("  budget spent: the remaining settings keep their shipped order")
                 break
-            case = CASES[op]
-            inputs = make_inputs(case, T, N, dtype, layout, device)
+            case, inputs, _, _ = _class_inputs(c, op, device)
             previous = torch.are_deterministic_algorithms_enabled()
             torch.use_deterministic_algorithms(deterministic)
             try:
