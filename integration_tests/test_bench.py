@@ -224,3 +224,16 @@ def test_host_section_runs_at_tiny_sizes(tmp_path):
     if importlib.util.find_spec("stable_baselines3") is not None:
         assert all(r["bitwise"] for r in cpu["sb3"].values())
     assert "host · autograd" in proc.stdout
+
+
+def test_compiling_ahead_runs_each_cell_once_and_quick_times_compile_at_one_shape():
+    """The warm-up's worker runs a cell's implementations (here on the CPU path); ``--quick``
+    leaves torch.compile out of every cell but one, saying why."""
+    from rlscan.bench import runner, warm
+
+    assert warm._warm_cell("gae", 8, 16, "tn", "float32", ("rlscan", "no such impl"), 0, device="cpu") == 1
+    opts = runner.Options(ops=("gae",), shapes=None, quick=True)
+    compiled = next(i for i in alternatives.ALTERNATIVES if i.compiles)
+    assert runner.subset_note(opts, compiled, *runner.QUICK_COMPILE_SHAPE) is None
+    assert "--quick times torch.compile" in runner.subset_note(opts, compiled, 16384, 16)
+    assert runner.subset_note(opts, alternatives.RLSCAN, 16384, 16) is None

@@ -19,6 +19,7 @@ GPU_ENVS = (1, 8, 64, 512, 4096, 16384, 65536)
 GPU_STEPS = (1, 8, 16, 128, 512, 2048, 8192, 65536, 262144)
 GPU_EXTRA = ((1, 1_000_000),)
 GPU_QUICK = ((4096, 128), (4096, 2048), (16, 262144), (16384, 16), (1, 1_000_000))
+QUICK_COMPILE_SHAPE = GPU_QUICK[0]
 CPU_ENVS = (1, 8, 64, 512, 4096)
 CPU_STEPS = (1, 16, 128, 2048, 16384)
 CPU_EXTRA = ((1, 262144),)
@@ -49,6 +50,7 @@ class Options(NamedTuple):
     seed: int = 0
     host: bool = False
     host_large: tuple = (4096, 2048)  # (N, T) of the host section's CPU grid
+    compile_jobs: Optional[int] = None  # processes that compile a GPU grid's Triton kernels first (None: default)
 
 
 def settings_for(opts: Options, device: torch.device) -> Settings:
@@ -78,7 +80,10 @@ def shapes_for(opts: Options, cuda: bool) -> tuple:
 
 
 def subset_note(opts: Options, impl, N: int, T: int) -> Optional[str]:
-    """Why the default grid leaves ``impl`` out of this cell, or None."""
+    """Why the default grid (or ``--quick``) leaves ``impl`` out of this cell, or None."""
+    if opts.quick and opts.shapes is None and impl.compiles and (N, T) != QUICK_COMPILE_SHAPE:
+        return (f"--quick times torch.compile at {QUICK_COMPILE_SHAPE[0]}x{QUICK_COMPILE_SHAPE[1]} only: it compiles "
+                "again for each length of time, which took most of a quick run; the default grid times it at more")
     if opts.shapes is not None or opts.quick or opts.all_cells:
         return None
     if impl.key in LOOP_KEYS and N not in LOOP_ENVS:
@@ -121,6 +126,8 @@ def run(opts: Options) -> int:
     p.line(f"floors: launch {report.fmt_time(doc['floors']['launch_us'])}, copy bandwidth "
            f"{fl.bandwidth / 1e9:.1f} GB/s  (an op's floor: max(launch, moved bytes / bandwidth))")
 
+    if cuda:
+        _warm_kernels(p, opts, shapes, impls_by_op, doc)
     cells, spent = [], {}
     ledger = CompileLedger()
     total, done = len(opts.ops) * len(shapes), 0
@@ -282,6 +289,30 @@ def _impls_for(op: str, opts: Options, cuda: bool, why_not: dict) -> list:
         if alts.applies(impl, op) and why_not[impl.key]["unavailable"] is None:
             chosen.append(impl)
     return chosen
+
+
+def _warm_kernels(p: report.Printer, opts: Options, shapes, impls_by_op: dict, doc: dict) -> None:
+    """Compile the grid's Triton kernels in parallel processes before it runs (:mod:`.warm`)."""
+    from . import warm
+
+    jobs = warm.default_jobs() if opts.compile_jobs is None else opts.compile_jobs
+    cells = []
+    for op, impls in impls_by_op.items():
+        for N, T in shapes:
+            keys = [i.key for i in impls if i.key in warm.TRITON_IMPLS and subset_note(opts, i, N, T) is None]
+            if keys and input_bytes(CASES[op], T, N, opts.dtype) <= MAX_INPUT_BYTES["cuda"]:
+                cells.append((op, N, T, keys))
+    if jobs <= 1 or len(cells) < 2:
+        return
+    with p.status(f"compiling the kernels of {len(cells)} cells in {jobs} processes…"):
+        try:
+            ran, seconds = warm.warm(cells, opts.layout, opts.dtype, opts.seed, jobs)
+        except Exception as ex:  # noqa: BLE001 - the grid compiles as it goes instead
+            p.line(f"compiling ahead failed ({type(ex).__name__}: {str(ex)[:120]}); the grid compiles as it goes",
+                   style="yellow")
+            return
+    doc["compiled_ahead"] = dict(cells=len(cells), runs=ran, jobs=jobs, seconds=seconds)
+    p.line(f"compiled the Triton kernels of {len(cells)} cells ahead, in {jobs} processes: {seconds:.0f} s")
 
 
 def _rlscan_failures(cells) -> list:
