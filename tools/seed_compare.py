@@ -279,6 +279,8 @@ def _row_tile(T, warps=None, block_b=1):
 
 
 HEURISTIC = {"heuristic": None}
+STAND_INS = ("gae", "discounted_returns")  # the ops rlscan.bench.whole_row writes out
+SEED_ROW = "seed's design (row tile)"
 ROW_1024 = dict(kind="scan", block_b=1, block_t=1024, num_warps=8, n_chunks=1)
 OLD_MID = dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=4)  # the earlier setting at 512 x 2048
 
@@ -309,6 +311,8 @@ def group_record():
     for (N, T) in nt:
         for op in OPS:
             v = dict(HEURISTIC, **({"before (b4 t256 c4)": OLD_MID} if (N, T) == (512, 2048) else {}))
+            if op not in STAND_INS + ("retrace_from_q",):  # its target: plain Retrace + the tables read
+                v[SEED_ROW] = _row_tile(T)  # the seed's design through rlscan's kernel: a row per program
             tasks.append(("record", op, N, T, "nt", v, 4, True, True))
     for (N, T) in ((512, 2048), (4096, 2048), (1024, 2048), (4096, 128)):
         for op in OPS:
