@@ -14,7 +14,10 @@ The steps, each its own command run in a subprocess (so a crash or a hang costs 
 A step starts only if its minimum time is left; it runs at most its cap or what is left, and
 the tools that take a budget get theirs. Each writes ``$OUT/<step>.json`` (``./bench-out``
 without ``$OUT``): the command, exit status, seconds, the tail of its output and the tool's
-own JSON. A table of the steps and their headline figures is printed last.
+own JSON, and ``$OUT/record.json`` holds them all (less the outputs' tails): that file, saved
+as ``docs/record-<card>.json``, is a card's record, which ``python tests/test_docs.py --write``
+renders into docs/benchmarks.md (:func:`render`). A table of the steps and their headline
+figures is printed last.
 
 Run it where a GPU is lent, as one call::
 
@@ -220,7 +223,13 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", default=None,
                     help="comma-separated among " + ", ".join(s.name for s in all_steps) + " (default all, in order)")
     ap.add_argument("--dry", action="store_true", help="each step's dry form, on the CPU")
+    ap.add_argument("--render", metavar="RECORD_JSON", help="run nothing: print a record.json as docs/benchmarks.md "
+                                                            "shows it")
     args = ap.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            print(render(json.load(f)))
+        return 0
     chosen = all_steps
     if args.steps:
         names = [n for n in args.steps.split(",") if n]
@@ -251,10 +260,55 @@ def main(argv=None) -> int:
         print(f"# {step.name}: up to {seconds:.0f} s", flush=True)
         docs.append(run_step(step, seconds, out, args.dry))
         print(f"  {docs[-1]['rc']}, {docs[-1]['seconds']:.0f} s: {docs[-1]['headline']}", flush=True)
+    record = dict(tool="tools/gpu_record.py", date=time.strftime("%Y-%m-%d"), dry=args.dry, **_machine(args.dry),
+                  steps={d["step"]: {k: v for k, v in d.items() if k != "output_tail"} for d in docs})
+    with open(os.path.join(out, "record.json"), "w") as f:
+        json.dump(record, f, indent=1, default=str)
     print("\n| step | exit | seconds | headline |\n|---|---|---|---|")
     for d in docs:
         print(f"| {d['step']} | {d['rc']} | {d['seconds']:.0f} | {d['headline']} |")
     return 0 if all(d["rc"] in (0, "skipped") for d in docs) else 1
+
+
+def _machine(dry: bool) -> dict:
+    import torch
+    import triton
+
+    cuda = torch.cuda.is_available() and not dry
+    return dict(gpu=torch.cuda.get_device_name() if cuda else "cpu (--dry)",
+                n_sm=torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
+                torch=torch.__version__, triton=triton.__version__,
+                settings_table=os.environ.get("RLSCAN_SETTINGS") or "the shipped table for this GPU")
+
+
+# ----------------------------------------------------------------------------- the page
+
+def render(record: dict) -> str:
+    """A card's section of docs/benchmarks.md from its ``record.json``: the steps, the seed's
+    design against rlscan, and LeanRL's pattern."""
+    steps = record["steps"]
+    lines = [f"{record['gpu']} ({record['n_sm']} SMs), torch {record['torch']}, Triton {record['triton']}, "
+             f"{record['date']}: `python tools/gpu_record.py`.", "",
+             "| step | exit | seconds | headline |", "|---|---|---|---|"]
+    lines += [f"| {name} | {d['rc']} | {d['seconds']:.0f} | {d['headline']} |" for name, d in steps.items()]
+    seed = steps.get("seed_compare", {}).get("result", {}).get("seed.json", [])
+    if seed:
+        lines += ["", "Device µs, `[N, T]` float32; the target is the seed's design (bold: rlscan more than 2% "
+                      "slower):", "", "| shape | rlscan | target | target's kind |", "|---|---|---|---|"]
+        for shape, ours, target, label in seed_targets(seed):
+            mark = "**" if ours > target * 1.02 else ""
+            lines.append(f"| {shape} | {mark}{ours:.1f}{mark} | {target:.1f} | {label} |")
+    lean = steps.get("leanrl", {}).get("result", {}).get("leanrl.json", {}).get("rows", [])
+    if lean:
+        lines += ["", "LeanRL's pattern (`CudaGraphModule` of the compiled function), µs per call, the graph's "
+                      "device µs in brackets:", "", "| N × T | rlscan | LeanRL's loop | compile s, rlscan / loop |",
+                  "|---|---|---|---|"]
+        for r in lean:
+            ours, loop = r.get("rlscan", {}), r.get("loop", {})
+            cell = lambda x: f"{x['wrapped_us']:.1f} ({x['graph_device_us']:.1f})" if "wrapped_us" in x else "—"  # noqa
+            compile_s = "/".join(f"{x['compile_s']:.1f}" if "compile_s" in x else "—" for x in (ours, loop))
+            lines.append(f"| {r['shape'][0]} × {r['shape'][1]} | {cell(ours)} | {cell(loop)} | {compile_s} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
