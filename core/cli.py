@@ -109,7 +109,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--layout", choices=("tn", "nt"), default="tn",
                    help="memory layout: tn = [T, N] time-major (default), nt = [N, T] contiguous along time")
     b.add_argument("--dtype", type=_dtype, default="float32", help="float32 (default), float16, bfloat16, float64")
-    b.add_argument("--quick", action="store_true", help="a handful of shapes and shorter timing (what CI runs)")
+    b.add_argument("--quick", action="store_true",
+                   help="a handful of shapes and shorter timing, without torch.compile (what CI runs)")
     b.add_argument("--e2e", action="store_true",
                    help="also time credit assignment's share of a PPO update (synthetic PPO; SB3 PPO if installed)")
     b.add_argument("--out", default="bench-out", help="directory for bench.json and bench.png (default ./bench-out)")
@@ -120,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
                         "estimate (default 2, 1 with --quick on a GPU, 0.3 on a CPU)")
     b.add_argument("--compile-budget", type=_positive(float), default=None, dest="compile_budget_s",
                    help="seconds of torch.compile time per op, after which compile cells are skipped "
-                        "(default 30, 60 with --quick)")
+                        "(default 30; --quick leaves torch.compile out)")
     b.add_argument("--alternatives", type=_alternatives, default=None,
                    help="comma-separated subset of the alternatives to time (rlscan is always timed)")
     b.add_argument("--all-cells", action="store_true",
