@@ -5,7 +5,9 @@
 * docs/ holds at most 20 files and every page at most 400 lines;
 * the tables of record in docs/benchmarks.md are exactly what :func:`render_tables` makes of
   docs/bench-h200.json, the data of record;
-* every number of the README's headline table is that JSON's, to the digits printed.
+* every number of the README's headline table is that JSON's, to the digits printed;
+* each card's section of docs/records.md is what ``tools/gpu_record.py``'s ``render`` makes of
+  its docs/record-<card>.json.
 
 After a new ``rlscan bench --e2e --out bench-out`` run on the card, copy its bench.json
 and bench.png to docs/bench-h200.{json,png} and rewrite the tables::
@@ -304,6 +306,37 @@ def test_docs_stay_small():
 # ----------------------------------------------------------------------------- numbers
 
 
+RECORDS = sorted(DOCS.glob("record-*.json"))  # a card's GPU record: tools/gpu_record.py's record.json
+RECORDS_PAGE = DOCS / "records.md"
+
+
+def record_markers(path: pathlib.Path) -> tuple:
+    return (f"<!-- {path.name}: `python tests/test_docs.py --write` writes this from it -->",
+            f"<!-- end of {path.name} -->")
+
+
+def render_record(path: pathlib.Path) -> str:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gpu_record
+
+    return gpu_record.render(json.loads(path.read_text()))
+
+
+def write_records() -> None:
+    for path in RECORDS:
+        begin, end = record_markers(path)
+        text = RECORDS_PAGE.read_text()
+        head, rest = text.split(begin, 1)
+        RECORDS_PAGE.write_text(f"{head}{begin}\n\n{render_record(path)}\n\n{end}{rest.split(end, 1)[1]}")
+
+
+def test_gpu_records_are_the_data():
+    assert RECORDS, "docs/ holds no record-<card>.json"
+    for path in RECORDS:
+        assert between(RECORDS_PAGE.read_text(), *record_markers(path)) == render_record(path), \
+            f"docs/records.md's section of {path.name} differs from it: run python tests/test_docs.py --write"
+
+
 def test_tables_of_record_are_the_data():
     doc = json.loads(DATA.read_text())
     assert doc["tool"] == "rlscan bench" and doc["device"]["type"] == "cuda"
@@ -401,6 +434,7 @@ def test_numbers_reads_units_and_precision():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         write_tables()
+        write_records()
     elif sys.argv[1:2] == ["--headline"]:  # e.g. --headline gae:4096x2048 vtrace:1x1000000
         picks = [(op, *map(int, shape.split("x"))) for op, shape in (a.split(":") for a in sys.argv[2:])]
         print(render_headline(json.loads(DATA.read_text()), picks))

@@ -288,7 +288,7 @@ def render(record: dict) -> str:
     design against rlscan, and LeanRL's pattern."""
     steps = record["steps"]
     lines = [f"{record['gpu']} ({record['n_sm']} SMs), torch {record['torch']}, Triton {record['triton']}, "
-             f"{record['date']}: `python tools/gpu_record.py`.", "",
+             f"{record['date']}, settings: {record['settings_table']}; each step's command is in the JSON.", "",
              "| step | exit | seconds | headline |", "|---|---|---|---|"]
     lines += [f"| {name} | {d['rc']} | {d['seconds']:.0f} | {d['headline']} |" for name, d in steps.items()]
     seed = steps.get("seed_compare", {}).get("result", {}).get("seed.json", [])
