@@ -35,8 +35,8 @@ def discounted_masked_loop(r, boot, term, mask, gammas, gamma, one, out):
     """With a step-skip mask; ``G_T`` is the bootstrap (0 when absent)."""
     T, Bh, Bl = grid(r)
     zero = one - one
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 last = zero
                 if t < T - 1:

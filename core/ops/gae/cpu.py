@@ -45,8 +45,8 @@ def gae_masked_loop(r, v, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, gam
     """With a step-skip mask: ``w`` holds the next kept values ``W_t`` (docs/semantics.md)."""
     T, Bh, Bl = grid(r)
     zero = one - one
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 last = zero
                 wn = zero
