@@ -107,12 +107,14 @@ def new_rows(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 _VERSIONS: dict = {}
 
 
-def run(loop, key: tuple, rows: int, *args) -> None:
-    """``loop(*args)`` in its serial or parallel version, as the recent calls of ``key`` (a
-    signature: the loop and its arrays' shapes and dtypes) found faster."""
+def run(loop, key: tuple, shape: tuple, *args) -> None:
+    """``loop(*args)`` over ``shape`` (``(prange iterations, elements)``) in its serial or
+    parallel version, as the recent calls of ``key`` (a signature: the loop and its arrays'
+    shapes and dtypes) found faster."""
     parallel = False
     versions = None
-    if rows > 1 and rows * args[0].shape[1] >= _cpu.PARALLEL_MIN_ELEMENTS and _cpu.cpu_threads() > 1:
+    iterations, elements = shape
+    if iterations > 1 and elements >= _cpu.PARALLEL_MIN_ELEMENTS and _cpu.cpu_threads() > 1:
         versions = _VERSIONS.get(key)
         if versions is None:
             if len(_VERSIONS) >= 256:
@@ -169,5 +171,35 @@ def whiten(x: np.ndarray, sums: np.ndarray, one, mask=None, out=None) -> None:
     mean, scale = dtype(mean), dtype(1.0 / math.sqrt(var + 1e-8))
     target = x if out is None else out
     zero_skipped = mask is not None
-    run(whiten_rows_loop, ("whiten", signature(x, mask, target), zero_skipped), x.shape[0], x,
+    run(whiten_rows_loop, ("whiten", signature(x, mask, target), zero_skipped), (x.shape[0], x.size), x,
         mask if zero_skipped else x, mean, scale, zero_skipped, target)
+
+
+# ----------------------------------------------------------------------------- a value per row
+
+
+@njit
+def broadcast_rows_loop(x, mask, out):
+    """``out[b, t] = x[b] · mask[b, t]``: one value per row over its tokens (the product's
+    bits: ``x`` times 0 or 1, the sign of a zero included)."""
+    B, T = out.shape
+    for b in prange(B):
+        xb = x[b]
+        for t in range(T):
+            out[b, t] = xb * mask[b, t]
+
+
+def broadcast(x: torch.Tensor, mask: torch.Tensor):
+    """``x.unsqueeze(-1) * mask`` (``x``: ``[B]``, ``mask``: ``[B, T]``) in torch's product
+    dtype, written once into a fresh tensor; ``None`` where the row loop does not read the
+    inputs in place (torch's product then runs)."""
+    dtype = torch.promote_types(x.dtype, mask.dtype)
+    if (x.device.type != "cpu" or mask.dim() != 2 or x.shape != mask.shape[:1] or dtype not in
+            (torch.float32, torch.float64) or x.dtype not in (torch.float32, torch.float64)
+            or mask.dtype not in MASK_DTYPES or (mask.size(1) > 1 and mask.stride(1) != 1)):
+        return None
+    out = new_rows(mask, dtype)
+    a_x, a_m, a_out = x.detach().numpy(), array(mask), out.numpy()
+    run(broadcast_rows_loop, ("broadcast", signature(a_m, a_out), a_x.dtype.str), (a_out.shape[0], a_out.size), a_x,
+        a_m, a_out)
+    return out

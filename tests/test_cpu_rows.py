@@ -131,3 +131,18 @@ def test_whitening_statistics_resist_cancellation():
     assert n == 1800
     assert abs(mean - float(x.mean())) < 1e-9
     assert abs(var / float(x.var()) - 1) < 1e-9
+
+
+@pytest.mark.parametrize("x_dtype, mask_dtype", [(torch.float32, torch.int64), (torch.float32, torch.bool),
+                                                 (torch.float32, torch.float64), (torch.float64, torch.int32),
+                                                 (torch.float32, torch.float32)])
+def test_broadcast_is_torchs_product_bit_for_bit(version, x_dtype, mask_dtype):
+    """A value per row over its mask (the outcome estimators' advantages): the product's
+    dtype and bits, the sign of a zero included."""
+    _, _, m = responses(9, 33, seed=4, mask_dtype=mask_dtype)
+    x = torch.randn(9, dtype=x_dtype, generator=torch.Generator().manual_seed(0))
+    x[0] = float("inf")
+    got = _cpu_rows.broadcast(x, m)
+    want = x.unsqueeze(-1) * m
+    assert got.dtype == want.dtype and bitwise_equal(got, want)
+    assert _cpu_rows.broadcast(x, m.t().contiguous().t()) is None  # rows not contiguous: torch's product

@@ -97,7 +97,8 @@ def _rows(call: Call, mask, gamma: float, compute: torch.dtype) -> Optional[tupl
     sums = np.empty((r.shape[0], 4))
     bad = np.zeros(r.shape[0], dtype=np.int64)
     key = ("kept_returns_rows", _cpu_rows.signature(a_r, a_m, a_ret), compute)
-    _cpu_rows.run(kept_returns_rows_loop, key, r.shape[0], a_r, a_m, type(one)(gamma), one, a_ret, sums, bad)
+    groups = -(-r.shape[0] // _cpu_rows.ROWS_AT_ONCE)
+    _cpu_rows.run(kept_returns_rows_loop, key, (groups, r.numel()), a_r, a_m, type(one)(gamma), one, a_ret, sums, bad)
     if mask.dtype != torch.bool and bad.any():
         _skip.raise_mask_values()
     # the advantages in the returns' dtype, as masked_whiten computes them

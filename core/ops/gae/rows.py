@@ -46,7 +46,8 @@ def advantages(call, values, boot, term, mask, gamma: float, lmbda: float, white
 
     bad = np.zeros(r.shape[0], dtype=np.int64)
     key = ("gae_masked_rows", _cpu_rows.signature(*arrays, b_array, t_array, a_adv), whiten)
-    _cpu_rows.run(gae_masked_rows_loop, key, r.shape[0], arrays[0], arrays[1], arrays[2], b_array, t_array,
+    groups = -(-r.shape[0] // _cpu_rows.ROWS_AT_ONCE)
+    _cpu_rows.run(gae_masked_rows_loop, key, (groups, r.numel()), arrays[0], arrays[1], arrays[2], b_array, t_array,
                   np_dtype(gamma), np_dtype(gamma * lmbda), one, a_adv, a_ret, sums, bad)
     if mask.dtype != torch.bool:
         call.checked_values = True
