@@ -1,4 +1,5 @@
-"""verl's advantage estimators on a GPU: verl's token loops against rlscan.adapters.verl.
+"""verl's advantage estimators on a GPU: verl's token loops against rlscan.adapters.verl
+(``--cpu``: on the CPU, where verl's driver computes them; ``tools/verl_cpu_timing.py``).
 
 What it measures, for each shape (``B x T`` = 256 x 4096 and 64 x 32768; float32 rewards,
 bfloat16 values, an int64 response mask with EOS padding and, in every fourth row,
@@ -273,4 +274,8 @@ def main():
 
 
 if __name__ == "__main__":
+    if "--cpu" in sys.argv:
+        import verl_cpu_timing
+
+        sys.exit(verl_cpu_timing.main())
     sys.exit(time_rows() if "--rows" in sys.argv else main())
