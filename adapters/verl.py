@@ -1,50 +1,85 @@
-"""verl: rlscan's masked GAE and REINFORCE++ returns as verl's advantage estimators.
+"""verl: rlscan's advantage estimators in verl's registry.
 
-One line, before the trainer runs, turns it on::
+One line, before the trainer computes advantages, turns them on::
 
     import rlscan.adapters.verl; rlscan.adapters.verl.patch()
 
-:func:`patch` puts :func:`compute_gae_advantage_return` and
-:func:`compute_reinforce_plus_plus_outcome_advantage` in verl's estimator registry
-(``verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY``) under ``"gae"`` and
-``"reinforce_plus_plus"``, and in ``core_algos`` under their own names (older trainers
-call the module's functions directly); :func:`unpatch` puts verl's back. The functions
-take verl's arguments and return verl's results; they can also be called directly.
+:func:`patch` puts the functions below in verl's estimator registry
+(``verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY``, which ``get_adv_estimator_fn``
+reads) under verl's names, and in ``core_algos`` under verl's function names (verl's
+trainer calls ``compute_gae_advantage_return`` and ``compute_grpo_outcome_advantage``
+from the module); :func:`unpatch` puts verl's back. Each function takes verl's arguments
+and returns verl's ``(advantages, returns)``, with verl's dtypes. They follow verl
+releases ``SUPPORTED_VERL`` (:func:`patch` refuses others: REINFORCE++ differs before 0.9).
 
-verl's loops, token by token over ``[batch, response_length]`` tensors (``m`` is the
-response mask, 0 after EOS and over observation tokens of multi-turn rollouts):
+verl computes advantages on its driver process, from CPU tensors: there the estimators run
+rlscan's CPU path; on a GPU, the Triton path.
 
-* GAE: where ``m_t = 1``, ``δ_t = r_t + γ V' − V_t`` and ``A_t = δ_t + γλ A'``, with
-  ``V'`` and ``A'`` carried from the next step whose mask is 1 (0 past the end); where
-  ``m_t = 0``, ``A_t = A'`` and ``V'`` is not replaced. ``returns = A + V`` everywhere;
-  the advantages are whitened over the kept tokens (:func:`rlscan.masked_whiten`).
-  This is ``rlscan.gae(..., mask=response_mask, whiten=True)``: on the GPU one scan
-  over the inputs that also gathers the whitening's sums, then one pass that whitens.
-* REINFORCE++: ``G_t = r_t + γ m_{t+1} G_{t+1}`` (the running return is reset after
-  EOS), the returns unwhitened, ``advantages = masked_whiten(G) · m``. On the GPU this
-  is one scan that also gathers the whitening's sums, then one pass that whitens
-  (``rlscan.ops.discounted_returns.cut_after_skips``); elsewhere it is
-  ``rlscan.discounted_returns`` with the trace cut where the next token is masked.
+``m`` is the response mask (1 on the response's tokens; 0 after EOS and over the observation
+tokens of a multi-turn rollout). The token estimators, one recurrence per response:
+
+* ``gae``: where ``m_t = 1``, ``δ_t = r_t + γ V' − V_t`` and ``A_t = δ_t + γλ A'``, with ``V'``
+  and ``A'`` carried from the next step whose mask is 1 (0 past the end); where ``m_t = 0``,
+  ``A_t = A'``. ``returns = A + V``; the advantages whitened over the kept tokens
+  (:func:`rlscan.masked_whiten`). This is ``rlscan.gae(..., mask=m, whiten=True)``.
+* ``reinforce_plus_plus``: ``G_t = m_t (r_t + γ G')``, ``G'`` the running return carried
+  unchanged through the steps whose mask is 0; ``returns = G``,
+  ``advantages = masked_whiten(G, m) · m`` (:mod:`rlscan.ops.discounted_returns.kept_returns`).
+
+The outcome estimators, one score per response ``s_i = Σ_t r_{i,t}`` and its group ``g``
+(``index``: the prompt's uid), ``n_g``, ``μ_g`` and the unbiased ``σ_g`` over the group's
+scores; the advantage ``a_i`` is broadcast over the response, ``a_i · m_{i,t}``, and the
+returns are the advantages (:mod:`rlscan.adapters._verl_groups` computes every group at once):
+
+* ``grpo``: ``(s − μ_g) / (σ_g + ε)``, or ``s − μ_g`` without ``norm_adv_by_std_in_grpo``;
+* ``grpo_passk``: ``(r_max − r_second) / (σ_g + ε)`` for one response at its group's
+  maximum, 0 for the others (``config.get("norm_adv_by_std_in_grpo", True)`` decides the
+  division; a group of one is an error);
+* ``rloo``: ``s · n/(n − 1) − μ_g · n/(n − 1)``;
+* ``opo``: ``s − Σ_g ℓ s / Σ_g ℓ``, ``ℓ = Σ_t m`` the response's length;
+* ``gpg``: ``α (s − μ_g) / f_norm``, ``α = B / max(1, #{s ≠ 0})``;
+* ``reinforce_plus_plus_baseline``: ``masked_whiten((s − μ_g) · m, m) · m`` (``returns``
+  as well).
+
+In a group of one, ``μ_g = 0`` and ``σ_g = 1`` (``rloo`` and ``opo`` keep ``s``).
 
 See docs/adapters/verl.md.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import numbers
+import re
+from collections.abc import Mapping
 
 import torch
 
 import rlscan
-from rlscan.ops.discounted_returns import cut_after_skips
+from rlscan import _cpu_rows
+from rlscan.ops.discounted_returns import kept_returns
 
-__all__ = ["compute_gae_advantage_return", "compute_reinforce_plus_plus_outcome_advantage", "patch", "unpatch"]
+from . import _verl_groups
+
+__all__ = ["compute_gae_advantage_return", "compute_reinforce_plus_plus_outcome_advantage",
+           "compute_grpo_outcome_advantage", "compute_grpo_passk_outcome_advantage",
+           "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_rloo_outcome_advantage",
+           "compute_opo_outcome_advantage", "compute_gpg_outcome_advantage", "patch", "unpatch", "SUPPORTED_VERL"]
+
+#: The verl releases whose estimators these are (pip's specifier). REINFORCE++ carried the
+#: running return through masked steps from 0.9.0 on; 0.8 reset it after each.
+SUPPORTED_VERL = ">=0.9.0,<0.10"
+_RANGE = ((0, 9), (0, 10))
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_exact = False  # patch(exact=...): the mode of the functions verl calls
+
+
+# ----------------------------------------------------------------------------- token estimators
 
 
 def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torch.Tensor,
-                                 response_mask: torch.Tensor, gamma, lam):
+                                 response_mask: torch.Tensor, gamma, lam, *, exact: bool | None = None):
     """verl's ``compute_gae_advantage_return``: ``(advantages, returns)``, each of the
     rewards' shape ``(bs, response_length)``; the advantages whitened over the mask.
 
@@ -52,34 +87,196 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
         token_level_rewards, values: floating tensors ``(bs, response_length)``.
         response_mask: 0/1 (bool, integer or floating) of the same shape.
         gamma, lam: floats in [0, 1], or 0-d tensors.
+        exact: on the GPU, run the recurrence one step at a time in verl's order (the CPU
+            path always does); default: as :func:`patch` set it (False).
     """
     _check_tokens(token_level_rewards, response_mask, values=values)
     gamma, lam = _coef("gamma", gamma), _coef("lam", lam)
+    # verl's products promote: a float64 mask makes the carries, and the results, float64
+    dtype = _promoted(token_level_rewards, values, response_mask)
+    if dtype == torch.float64 and token_level_rewards.dtype != torch.float64:
+        token_level_rewards = token_level_rewards.double()  # a rare input: the float64 compute from a copy
     with torch.no_grad():
-        return tuple(rlscan.gae(token_level_rewards, values, mask=response_mask, whiten=True, gamma=gamma, lmbda=lam,
-                                time_dim=-1))
+        adv, ret = rlscan.gae(token_level_rewards, values, mask=response_mask, whiten=True, gamma=gamma, lmbda=lam,
+                              time_dim=-1, exact=_mode(exact), out_dtype=dtype)
+    return adv, ret
 
 
 def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                                  config=None, **kwargs):
+                                                  config=None, *, exact: bool | None = None, **kwargs):
     """verl's ``compute_reinforce_plus_plus_outcome_advantage``: ``(advantages, returns)``;
-    ``γ`` is ``config.gamma``. Other keyword arguments are accepted and ignored, as verl does."""
-    if config is None:
-        raise ValueError("compute_reinforce_plus_plus_outcome_advantage needs config (its gamma is the discount)")
+    ``γ`` is ``config.gamma`` (``config["gamma"]``). Other keyword arguments are accepted and
+    ignored, as verl does."""
+    _check_release_if_installed()
     _check_tokens(token_level_rewards, response_mask)
-    gamma = _coef("config.gamma", config["gamma"] if isinstance(config, dict) else config.gamma)
+    gamma = _coef("config.gamma", _config_value(config, "gamma", "compute_reinforce_plus_plus_outcome_advantage"))
+    # verl's running return is the product with the mask: float64 with a float64 mask
+    wide = response_mask.dtype == torch.float64
     with torch.no_grad():
-        fused = cut_after_skips.returns_and_advantages(token_level_rewards, response_mask, gamma)
-        if fused is not None:
-            advantages, returns = fused
-        else:
-            # the running return is multiplied by m_t after step t: the trace into step t-1 is cut where m_t = 0
-            cut = torch.empty(response_mask.shape, dtype=torch.bool, device=response_mask.device)
-            torch.eq(response_mask[..., 1:], 0, out=cut[..., :-1])
-            cut[..., -1] = False
-            returns = rlscan.discounted_returns(token_level_rewards, terminated=cut, gamma=gamma, time_dim=-1)
-            advantages = rlscan.masked_whiten(returns, response_mask, zero_skipped=True)
+        advantages, returns = kept_returns.returns_and_advantages(
+            token_level_rewards, response_mask, gamma, time_dim=-1, exact=_mode(exact),
+            compute_dtype=torch.float64 if wide else None)
     return advantages.to(torch.result_type(returns, response_mask)), returns  # verl's product promotes
+
+
+# ----------------------------------------------------------------------------- outcome estimators
+
+
+def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                                   epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True, config=None):
+    """verl's ``compute_grpo_outcome_advantage``: ``(s − μ_g) / (σ_g + ε) · m``, twice."""
+    scores, groups = _scores(token_level_rewards, response_mask, index)
+    _check_bool("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo)
+    with torch.no_grad():
+        mean, std = _mean_and_std(groups, scores)
+        scalars = scores - mean
+        if norm_adv_by_std_in_grpo:
+            scalars = scalars / (std + _eps(epsilon))
+        return _broadcast(scalars, response_mask)
+
+
+def compute_grpo_passk_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                                         epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True, config=None,
+                                         **kwargs):
+    """verl's ``compute_grpo_passk_outcome_advantage``: in each group, one response at the
+    largest score gets ``(r_max − r_second) / (σ_g + ε)``, the others 0. As in verl, the
+    division follows ``config.get("norm_adv_by_std_in_grpo", True)``, not the argument."""
+    if config is None:
+        raise ValueError("compute_grpo_passk_outcome_advantage needs config (its norm_adv_by_std_in_grpo decides "
+                         "the division by the group's std)")
+    norm = config.get("norm_adv_by_std_in_grpo", True) if isinstance(config, Mapping) else getattr(
+        config, "norm_adv_by_std_in_grpo", True)
+    scores, groups = _scores(token_level_rewards, response_mask, index)
+    with torch.no_grad():
+        small = groups.count < 2
+        if bool(small.any()):
+            raise ValueError(f"compute_grpo_passk_outcome_advantage needs at least 2 responses in every group of "
+                             f"index, got a group of {int(groups.count[small][0])}")
+        best, r_max, r_second = _verl_groups.group_max_and_second(groups, scores)
+        advantage = r_max - r_second
+        if norm:
+            _, var = _verl_groups.mean_and_var(groups, scores)
+            std = torch.zeros(len(groups.count), dtype=torch.float64, device=scores.device).index_copy_(
+                0, groups.ids, var).sqrt_().to(scores.dtype)
+            advantage = advantage / (std + _eps(epsilon))
+        advantages = torch.zeros_like(scores)
+        advantages[best] = advantage
+        return _broadcast(advantages, response_mask)
+
+
+def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards: torch.Tensor,
+                                                           response_mask: torch.Tensor, index, epsilon: float = 1e-6,
+                                                           config=None, **kwargs):
+    """verl's ``compute_reinforce_plus_plus_baseline_outcome_advantage``:
+    ``masked_whiten((s − μ_g) · m, m) · m``, twice. The whitening's statistics come from each
+    response's count of kept tokens: the ``[B, T]`` product is never formed."""
+    scores, groups = _scores(token_level_rewards, response_mask, index)
+    with torch.no_grad():
+        mean, _ = _mean_and_std(groups, scores, std=False)
+        centred = scores - mean
+        # the product's dtype, as verl tiles the scores over the tokens and multiplies by the mask
+        x = centred.to(torch.result_type(centred, response_mask))
+        kept = _kept_per_row(response_mask)
+        n = kept.sum()
+        if n < 2:
+            raise ValueError(f"compute_reinforce_plus_plus_baseline_outcome_advantage needs at least two tokens with "
+                             f"response_mask = 1 for the whitening's variance, got {int(n)}")
+        wide = x.to(torch.float64)
+        mu = (kept * wide).sum() / n
+        var = (kept * (wide - mu) ** 2).sum() / (n - 1)
+        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        whitened = (x.to(compute) - mu.to(compute)) * torch.rsqrt(var + 1e-8).to(compute)
+        return _broadcast(whitened.to(x.dtype), response_mask)
+
+
+def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                                   epsilon: float = 1e-6, config=None, **kwargs):
+    """verl's ``compute_rloo_outcome_advantage``: ``s · n/(n − 1) − μ_g · n/(n − 1)`` (``s``
+    in a group of one), twice."""
+    scores, groups = _scores(token_level_rewards, response_mask, index)
+    with torch.no_grad():
+        mean, _ = _mean_and_std(groups, scores, std=False)
+        n = groups.size.to(scores.dtype)
+        left_out = scores * n / (n - 1) - mean * n / (n - 1)
+        return _broadcast(torch.where(groups.size > 1, left_out, scores), response_mask)
+
+
+def compute_opo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                                  epsilon: float = 1e-6, config=None, **kwargs):
+    """verl's ``compute_opo_outcome_advantage``: ``s − Σ_g ℓ s / Σ_g ℓ`` with ``ℓ`` each
+    response's length (its count of kept tokens), twice."""
+    scores, groups = _scores(token_level_rewards, response_mask, index)
+    with torch.no_grad():
+        length = response_mask.sum(dim=-1)
+        weighted = _verl_groups.group_sums(groups, length * scores)[groups.ids]
+        baseline = (weighted / _verl_groups.group_sums(groups, length)[groups.ids]).to(scores.dtype)
+        baseline = torch.where(groups.size > 1, baseline, 0)
+        return _broadcast(scores - baseline, response_mask)
+
+
+def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                                  epsilon: float = 1e-6, f_norm: float = 1.0, alpha: float = 1.0, config=None,
+                                  **kwargs):
+    """verl's ``compute_gpg_outcome_advantage``: ``α (s − μ_g) / f_norm`` with
+    ``α = B / max(1, #{s ≠ 0})`` (the ``alpha`` argument is replaced, as in verl), twice."""
+    scores, groups = _scores(token_level_rewards, response_mask, index)
+    if isinstance(f_norm, bool) or not isinstance(f_norm, (numbers.Real, torch.Tensor)):
+        raise TypeError(f"f_norm must be a number, got {type(f_norm).__name__}")
+    with torch.no_grad():
+        mean, _ = _mean_and_std(groups, scores, std=False)
+        alpha = len(scores) / torch.count_nonzero(scores).clamp(min=1)
+        return _broadcast(alpha * (scores - mean) / f_norm, response_mask)
+
+
+# ----------------------------------------------------------------------------- shared steps
+
+
+def _scores(rewards, mask, index):
+    """``(s, groups)``: each response's score, summed as verl sums it, and the groups of ``index``."""
+    _check_tokens(rewards, mask)
+    if rewards.dim() != 2:
+        raise ValueError(f"token_level_rewards must be (bs, response_length), got shape {tuple(rewards.shape)}")
+    if index is None:
+        raise ValueError("index (each response's group: the prompt's uid) is required by the outcome estimators")
+    scores = rewards.sum(dim=-1)
+    return scores, _verl_groups.groups(index, len(scores), scores.device)
+
+
+def _mean_and_std(groups, scores, std: bool = True):
+    """Each response's group mean and unbiased std in the scores' dtype; 0 and 1 in a group of one."""
+    mean, var = _verl_groups.mean_and_var(groups, scores)
+    single = groups.size < 2
+    mean = mean.masked_fill_(single, 0).to(scores.dtype)
+    if not std:
+        return mean, None
+    return mean, var.sqrt_().masked_fill_(single, 1).to(scores.dtype)
+
+
+def _kept_per_row(mask) -> torch.Tensor:
+    """Each response's count of kept tokens (of a 0/1 mask), float64. Summed in the mask's
+    own dtype: ``sum(dtype=torch.float64)`` converted element by element, 7 times slower."""
+    return mask.sum(dim=-1).to(torch.float64)
+
+
+def _broadcast(scalars: torch.Tensor, mask: torch.Tensor):
+    """``a_i · m_{i,t}`` in the product's dtype, as both results (verl returns one tensor twice):
+    on the CPU one row loop writes it (torch's product faulted its fresh pages in at a fifth
+    of the copy rate), elsewhere torch's product."""
+    out = _cpu_rows.broadcast(scalars, mask)
+    if out is None:
+        out = scalars.unsqueeze(-1) * mask
+    return out, out
+
+
+def _eps(epsilon) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise TypeError(f"epsilon must be a float, got {type(epsilon).__name__}")
+    return float(epsilon)
+
+
+def _check_bool(name: str, x) -> None:
+    if not isinstance(x, bool):
+        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
 
 
 def _check_tokens(rewards, mask, values=None) -> None:
@@ -97,6 +294,13 @@ def _check_tokens(rewards, mask, values=None) -> None:
                              f"got {tuple(x.shape)}")
 
 
+def _promoted(*tensors) -> torch.dtype:
+    out = tensors[0].dtype
+    for t in tensors[1:]:
+        out = torch.promote_types(out, t.dtype)
+    return out
+
+
 def _coef(name: str, value) -> float:
     """A float in [0, 1] from a float or a one-element (0-d) tensor."""
     if isinstance(value, torch.Tensor):
@@ -111,10 +315,76 @@ def _coef(name: str, value) -> float:
     return value
 
 
+def _config_value(config, key: str, fn: str):
+    """``config.<key>`` (an object, verl's ``AlgoConfig``, an OmegaConf or plain dict)."""
+    if config is None:
+        raise ValueError(f"{fn} needs config (its {key!r} is required)")
+    if isinstance(config, Mapping):
+        if key not in config:
+            raise ValueError(f"{fn}: config has no {key!r} (verl's AlgoConfig has {key})")
+        return config[key]
+    if not hasattr(config, key):
+        raise ValueError(f"{fn}: config has no attribute {key!r} (verl's AlgoConfig has {key})")
+    return getattr(config, key)
+
+
+def _mode(exact) -> bool:
+    if exact is None:
+        return _exact
+    _check_bool("exact", exact)
+    return exact
+
+
+# ----------------------------------------------------------------------------- the release
+
+
+def _parse(version: str):
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return None if match is None else (int(match[1]), int(match[2]))
+
+
+@functools.lru_cache(maxsize=None)
+def _installed_verl():
+    """The installed verl's version string, or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("verl")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_release(version) -> None:
+    """Raise ``ImportError`` for a verl release outside :data:`SUPPORTED_VERL` (``None``: none installed)."""
+    if version is None:
+        return
+    parsed = _parse(str(version))
+    if parsed is None or not _RANGE[0] <= parsed < _RANGE[1]:
+        raise ImportError(f"rlscan.adapters.verl follows verl {SUPPORTED_VERL}; verl {version} is installed "
+                          "(its REINFORCE++ differs: before 0.9 the running return restarted after every masked "
+                          "token). Install a verl in that range, or call rlscan's functions directly.")
+
+
+def _check_release_if_installed() -> None:
+    check_release(_installed_verl())
+
+
+# ----------------------------------------------------------------------------- patch()
+
+
 _ESTIMATORS = {
+    # enum member: (registry name, core_algos function name, rlscan's function)
     "GAE": ("gae", "compute_gae_advantage_return", compute_gae_advantage_return),
     "REINFORCE_PLUS_PLUS": ("reinforce_plus_plus", "compute_reinforce_plus_plus_outcome_advantage",
                             compute_reinforce_plus_plus_outcome_advantage),
+    "GRPO": ("grpo", "compute_grpo_outcome_advantage", compute_grpo_outcome_advantage),
+    "GRPO_PASSK": ("grpo_passk", "compute_grpo_passk_outcome_advantage", compute_grpo_passk_outcome_advantage),
+    "REINFORCE_PLUS_PLUS_BASELINE": ("reinforce_plus_plus_baseline",
+                                     "compute_reinforce_plus_plus_baseline_outcome_advantage",
+                                     compute_reinforce_plus_plus_baseline_outcome_advantage),
+    "RLOO": ("rloo", "compute_rloo_outcome_advantage", compute_rloo_outcome_advantage),
+    "OPO": ("opo", "compute_opo_outcome_advantage", compute_opo_outcome_advantage),
+    "GPG": ("gpg", "compute_gpg_outcome_advantage", compute_gpg_outcome_advantage),
 }
 _saved: dict = {}
 
@@ -126,14 +396,34 @@ def _core_algos():
         raise ImportError("rlscan.adapters.verl.patch() needs verl (verl.trainer.ppo.core_algos)") from error
 
 
+def _release(core_algos) -> str | None:
+    installed = _installed_verl()
+    if installed is not None:
+        return installed
+    return getattr(importlib.import_module("verl"), "__version__", None)
+
+
 def _registry_name(core_algos, member: str, default: str) -> str:
     enum = getattr(core_algos, "AdvantageEstimator", None)
     return getattr(getattr(enum, member, None), "value", default)
 
 
-def patch() -> None:
-    """Make verl's "gae" and "reinforce_plus_plus" estimators rlscan's (idempotent)."""
+def patch(*, exact: bool = False) -> None:
+    """Make verl's estimators rlscan's: ``gae``, ``reinforce_plus_plus``, ``grpo``,
+    ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``opo`` and ``gpg``.
+
+    Args:
+        exact: on the GPU, the token estimators run one step at a time in verl's order (the
+            CPU path always does). Calling ``patch`` again changes the mode.
+
+    Raises:
+        ImportError: verl is not importable, or its release is outside :data:`SUPPORTED_VERL`.
+    """
+    global _exact
+    _check_bool("exact", exact)
     core_algos = _core_algos()
+    check_release(_release(core_algos))
+    _exact = exact
     if _saved:
         return
     registry = getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", None)
@@ -149,6 +439,8 @@ def patch() -> None:
 
 def unpatch() -> None:
     """Put verl's own estimators back."""
+    global _exact
+    _exact = False
     if not _saved:
         return
     core_algos = _core_algos()

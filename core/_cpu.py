@@ -103,7 +103,10 @@ class _Loop:
         return self.version(None, True)
 
     def version(self, width, parallel: bool):
-        """The loop compiled for rows of ``width`` environments (``None``: any), in parallel or not."""
+        """The loop compiled for rows of ``width`` environments (``None``: any), in parallel or not.
+        A loop without a ``prange`` has no parallel version: numba would compile the serial code
+        again and warn (``NumbaPerformanceWarning``) to the user."""
+        parallel = parallel and "prange" in self.py_func.__code__.co_names
         loop = self._versions.get((width, parallel))
         if loop is None:
             loop = self._versions[(width, parallel)] = self._compile(width, parallel)

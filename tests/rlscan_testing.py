@@ -386,3 +386,13 @@ EXAMPLES: collections.Counter = collections.Counter()
 def count_example(test: str) -> None:
     """Record one example run by a hypothesis test (summarised at the end of the session)."""
     EXAMPLES[test] += 1
+
+
+def masked_whiten_reference(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """:func:`rlscan.masked_whiten` in float64, from its docstring: the mean and the
+    Bessel-corrected variance over ``mask = 1``, applied everywhere."""
+    x, keep = x.double(), (mask != 0).double()
+    n = keep.sum()
+    mean = (x * keep).sum() / n
+    var = ((x - mean) ** 2 * keep).sum() / (n - 1)
+    return (x - mean) * torch.rsqrt(var + 1e-8)

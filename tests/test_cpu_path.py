@@ -349,3 +349,43 @@ def test_loops_for_a_fixed_width_give_the_generic_loops_bits(op, width, monkeypa
     assert all(bitwise_equal(a, b) for a, b in zip(fixed, generic))
     _call._CPU_RUNNERS.clear()
     _fast._CACHE.clear()
+
+
+@pytest.mark.parametrize("op", ["gae", "td_lambda", "discounted_returns"])
+def test_masked_loops_in_parallel_are_the_serial_loops_bit_for_bit(op, parallel_everywhere):
+    """The step-skip loops (and the next kept values') run their environments in a prange too."""
+    g = torch.Generator().manual_seed(5)
+    r, v = torch.randn(9, 256, generator=g), torch.randn(9, 256, generator=g)
+    mask = torch.rand(9, 256, generator=g) < 0.7
+    fn = {"gae": lambda: rlscan.gae(r, v, mask=mask, gamma=0.9, lmbda=0.8),
+          "td_lambda": lambda: rlscan.td_lambda(r, v, mask=mask, gamma=0.9, lmbda=0.8),
+          "discounted_returns": lambda: (rlscan.discounted_returns(r, mask=mask, gamma=0.9),)}[op]
+    with rlscan.use_backend("cpu"):
+        parallel = fn()
+        assert all(r.parallel_blocks is not None for r in _call._CPU_RUNNERS.values())
+        _call._CPU_RUNNERS.clear()
+        _fast._CACHE.clear()
+        _cpu.PARALLEL_MIN_ELEMENTS = 1 << 40
+        serial = fn()
+    for a, b in zip(parallel, serial):
+        assert bitwise_equal(a, b)
+
+
+def test_every_loop_has_a_prange():
+    """A loop compiled with parallel=True but no prange makes numba warn the user
+    (NumbaPerformanceWarning); every loop's environments run in a prange."""
+    import importlib
+    import pkgutil
+
+    import rlscan.ops
+
+    loops = []
+    for info in pkgutil.walk_packages(rlscan.ops.__path__, "rlscan.ops."):
+        if info.name.rsplit(".", 1)[-1] == "cpu":
+            module = importlib.import_module(info.name)
+            loops += [x for x in vars(module).values() if isinstance(x, _cpu._Loop)]
+    from rlscan import _cpu_rows
+
+    loops += [x for x in vars(_cpu_rows).values() if isinstance(x, _cpu._Loop)]
+    assert len(loops) >= 18
+    assert [x.__name__ for x in loops if "prange" not in x.py_func.__code__.co_names] == []

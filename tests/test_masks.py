@@ -11,8 +11,7 @@ import torch
 import rlscan
 from rlscan import reference
 from rlscan._triton.launch import forced_config
-from rlscan.bench import verl_loops
-from rlscan_testing import KERNEL_CONFIGS, path_for
+from rlscan_testing import KERNEL_CONFIGS, masked_whiten_reference, path_for
 
 OPS = ("gae", "td_lambda", "discounted_returns")
 T = 11
@@ -195,7 +194,7 @@ def test_one_pass_whitened(triton_path_only, lmbda, kernel, monkeypatch):
     adv, ret = rlscan.gae(*args, **kwargs, whiten=True)
     want_adv, want_ret = reference.gae(*args, **kwargs)
     torch.testing.assert_close(ret.cpu().double(), want_ret, rtol=1e-5, atol=1e-5 * float(want_ret.abs().max()))
-    want = verl_loops.masked_whiten(want_adv, kwargs["mask"].cpu())
+    want = masked_whiten_reference(want_adv, kwargs["mask"].cpu())
     torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
     two_scans, _ = rlscan.gae(*args, **kwargs, whiten=True, exact=True)
     torch.testing.assert_close(adv, two_scans, rtol=1e-4, atol=1e-4)
@@ -322,7 +321,7 @@ def test_time_first_layout(path, op):
     _check(op, args, kwargs)
     if op == "gae":
         adv, _ = rlscan.gae(*args, **kwargs, whiten=True)
-        want = verl_loops.masked_whiten(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
+        want = masked_whiten_reference(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
         torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
 
 
@@ -344,7 +343,7 @@ def test_other_layouts_numpy_and_out(path):
     assert result[0] is out[0] and result[1] is out[1]
     want_adv, want_ret = reference.gae(r, v, **kwargs)
     torch.testing.assert_close(out[1].cpu().double(), want_ret, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(out[0].cpu().double(), verl_loops.masked_whiten(want_adv, m.cpu()), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out[0].cpu().double(), masked_whiten_reference(want_adv, m.cpu()), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -416,7 +415,7 @@ def test_masked_whiten_matches_float64(path):
         got = rlscan.masked_whiten(x.to(path.device), mask.to(path.device), zero_skipped=True)
         torch.testing.assert_close(got.cpu().double(), torch.where(keep, want, 0), rtol=1e-5, atol=1e-5)
     # the loop module's whitening (used against verl's numbers) agrees too
-    torch.testing.assert_close(verl_loops.masked_whiten(xd, m), want)
+    torch.testing.assert_close(masked_whiten_reference(xd, m), want)
 
 
 def test_whitening_kernels_run_and_merge_many_parts(triton_path_only):
@@ -436,7 +435,7 @@ def test_whitening_kernels_run_and_merge_many_parts(triton_path_only):
     keep = m.cpu()
     mean, std = x.cpu().double()[keep].mean(), x.cpu().double()[keep].std()
     torch.testing.assert_close(got.cpu().double(), (x.cpu().double() - mean) / std, rtol=1e-5, atol=1e-5)
-    want = verl_loops.masked_whiten(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
+    want = masked_whiten_reference(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
     torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
 
     P = 2 * kernels.FINISH_BLOCK + 5
@@ -464,11 +463,11 @@ def test_whitening_kernel_failure_falls_back(triton_path_only, monkeypatch):
     args, kwargs = _problem("gae", B=3, T=T, device=triton_path_only)
     with pytest.warns(UserWarning, match="the Triton kernels failed"):
         adv, _ = rlscan.gae(*args, **kwargs, whiten=True)
-    want = verl_loops.masked_whiten(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
+    want = masked_whiten_reference(reference.gae(*args, **kwargs)[0], kwargs["mask"].cpu())
     torch.testing.assert_close(adv.cpu().double(), want, rtol=1e-4, atol=1e-4)
     x, m = args[0], kwargs["mask"]
     torch.testing.assert_close(rlscan.masked_whiten(x, m, zero_skipped=True).cpu().double(),
-                               verl_loops.masked_whiten(x.cpu().double(), m.cpu()) * (m.cpu() != 0), rtol=1e-5, atol=1e-5)
+                               masked_whiten_reference(x.cpu().double(), m.cpu()) * (m.cpu() != 0), rtol=1e-5, atol=1e-5)
 
 
 def test_masked_whiten_errors():

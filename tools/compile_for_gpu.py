@@ -56,7 +56,7 @@ from triton.runtime.jit import create_function_from_signature  # noqa: E402
 import rlscan  # noqa: E402
 import rlscan._backend as _backend  # noqa: E402
 from rlscan._triton import launch as L  # noqa: E402
-from rlscan.ops.discounted_returns import cut_after_skips  # noqa: E402
+from rlscan.ops.discounted_returns import kept_returns  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_cases import DTYPES, FUSED_BACKWARD, LAYOUTS, OPS, backward, make_case, setting_name  # noqa: E402
@@ -219,7 +219,7 @@ def masked_calls(N: int, T: int) -> dict:
         "td_lambda masked": lambda: rlscan.td_lambda(r, r, mask=mask, time_dim=1, bootstrap_value=boot,
                                                      terminated=term),
         "discounted_returns masked": lambda: rlscan.discounted_returns(r, mask=mask, time_dim=1, terminated=term),
-        "reinforce++ one pass": lambda: cut_after_skips.returns_and_advantages(r, mask.long(), 0.99),
+        "reinforce++ one pass": lambda: kept_returns.returns_and_advantages(r, mask.long(), 0.99),
     }
 
 
@@ -240,7 +240,7 @@ def run_masked(compiler, size: str) -> None:
                 call()
             except Exception as exc:  # noqa: BLE001 - a call that fails before compiling
                 compiler.failures.append(f"{compiler.case}: {type(exc).__name__}: {str(exc)[:300]}")
-            for failed in (one_pass._failed, cut_after_skips._failed):  # one passes fall back on failure
+            for failed in (one_pass._failed, kept_returns._failed):  # one passes fall back on failure
                 if failed:
                     compiler.failures.append(f"{compiler.case}: one pass: {failed[-1]}"[:400])
                     failed.clear()

@@ -1,4 +1,5 @@
-"""verl's advantage estimators on a GPU: verl's token loops against rlscan.adapters.verl.
+"""verl's advantage estimators on a GPU: verl's token loops against rlscan.adapters.verl
+(``--cpu``: on the CPU, where verl's driver computes them; ``tools/verl_cpu_timing.py``).
 
 What it measures, for each shape (``B x T`` = 256 x 4096 and 64 x 32768; float32 rewards,
 bfloat16 values, an int64 response mask with EOS padding and, in every fourth row,
@@ -6,7 +7,7 @@ observation spans):
 
 1. correctness first: rlscan's advantages and returns against verl's loop run in float64
    on the same inputs (the truth), and verl's own loop (bf16 carries) against it too;
-2. the loop's wall clock per call (``rlscan.bench.verl_loops``, verl's loop);
+2. the loop's wall clock per call (verl's own ``core_algos`` functions);
 3. rlscan's wall clock per call (what the trainer pays, the count check's sync included)
    and device time (CUDA-graph replay, the count check left out), for GAE + whitening,
    for GAE's two-scan path (the next kept values, then GAE, then masked_whiten), for its
@@ -35,14 +36,29 @@ import json
 import os
 import sys
 import time
+import types
 
 import torch
 
 import rlscan
 import rlscan.whiten
 from rlscan.adapters import verl
-from rlscan.bench import floors, timing, verl_loops
+from rlscan.bench import floors, timing
 from rlscan.ops.gae import one_pass
+
+try:
+    from verl.trainer.ppo import core_algos
+except ImportError as error:
+    raise SystemExit(f"tools/verl_timing.py times verl's own estimators: install verl ({error})")
+
+
+def verl_gae(r, v, m, gamma, lam):
+    return core_algos.compute_gae_advantage_return(r, v, m, gamma, lam)
+
+
+def verl_rpp(r, m, gamma):
+    return core_algos.compute_reinforce_plus_plus_outcome_advantage(r, m, types.SimpleNamespace(gamma=gamma))
+
 
 DRY = "--dry" in sys.argv
 SETTINGS = "--settings" in sys.argv
@@ -141,7 +157,7 @@ def time_rows():
     results = {}
     for B, T in ROW_SHAPES if not DRY else [(4, 64)]:
         r, v, m = make(B, T)
-        truth = verl_loops.gae(r.double(), v.double(), m, GAMMA, LAM)[1]
+        truth = verl_gae(r.double(), v.double(), m, GAMMA, LAM)[1]
         floor = B * T * (r.element_size() + v.element_size() + m.element_size() + 8) / bw.bandwidth
         fn = lambda: verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)  # noqa: E731
         settings = {"table": None, "lanes": ()}
@@ -196,25 +212,25 @@ def main():
         r, v, m = make(B, T)
         n = B * T
         # 1. correctness against the float64 loop
-        truth = verl_loops.gae(r.double(), v.double(), m, GAMMA, LAM)
+        truth = verl_gae(r.double(), v.double(), m, GAMMA, LAM)
         fused = verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)
         with two_scans():
             scans = verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)
         t0 = time.perf_counter()
-        loop = verl_loops.gae(r, v, m, GAMMA, LAM)
+        loop = verl_gae(r, v, m, GAMMA, LAM)
         sync()
         loop_once = time.perf_counter() - t0
         errs = {name: (error(out[0], truth[0]), error(out[1], truth[1]))
                 for name, out in (("rlscan", fused), ("two scans", scans), ("verl loop", loop))}
         ok = errs["rlscan"][0] < 1e-4 and errs["rlscan"][1] < 1e-5 and errs["two scans"][0] < 1e-4
         print(f"{B}x{T} GAE max error / max |truth| (advantages, returns): {errs}", flush=True)
-        rpp_truth = verl_loops.reinforce_plus_plus(r.double(), m, GAMMA)
+        rpp_truth = verl_rpp(r.double(), m, GAMMA)
         rpp = verl.compute_reinforce_plus_plus_outcome_advantage(r, m, {"gamma": GAMMA})
         rpp_err = (error(rpp[0], rpp_truth[0]), error(rpp[1], rpp_truth[1]))
         ok_rpp = rpp_err[0] < 1e-4 and rpp_err[1] < 1e-5
         # 2-4. timing, floors
-        loop_s = min(loop_once, wall(lambda: verl_loops.gae(r, v, m, GAMMA, LAM), 1 if T > 8192 else 3))
-        rpp_loop_s = wall(lambda: verl_loops.reinforce_plus_plus(r, m, GAMMA), 1 if T > 8192 else 3)
+        loop_s = min(loop_once, wall(lambda: verl_gae(r, v, m, GAMMA, LAM), 1 if T > 8192 else 3))
+        rpp_loop_s = wall(lambda: verl_rpp(r, m, GAMMA), 1 if T > 8192 else 3)
         gae_fn = lambda: verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM)  # noqa: E731
         rpp_fn = lambda: verl.compute_reinforce_plus_plus_outcome_advantage(r, m, {"gamma": GAMMA})  # noqa: E731
         gae_only = lambda: rlscan.gae(r, v, mask=m, gamma=GAMMA, lmbda=LAM, time_dim=1)  # noqa: E731
@@ -258,4 +274,8 @@ def main():
 
 
 if __name__ == "__main__":
+    if "--cpu" in sys.argv:
+        import verl_cpu_timing
+
+        sys.exit(verl_cpu_timing.main())
     sys.exit(time_rows() if "--rows" in sys.argv else main())

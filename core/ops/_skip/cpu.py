@@ -1,12 +1,12 @@
 """The next kept value as a compiled CPU loop (docs/semantics.md, "Skipped steps")."""
-from ..._cpu import grid, njit
+from ..._cpu import grid, njit, prange
 
 
 @njit
 def next_kept_loop(v, boot, mask, one, out):
     T, Bh, Bl = grid(v)
     zero = one - one
-    for i in range(Bh):
+    for i in prange(Bh):
         for j in range(Bl):
             w = zero
             if boot is not None:

@@ -40,19 +40,20 @@ def coeffs_masked(ins, s, scalars, tile, T, ACC: tl.constexpr):
 
 
 @triton.jit
-def coeffs_cut_after_skips(ins, s, scalars, tile, T, ACC: tl.constexpr):
-    """The return cut after every skipped step (REINFORCE++'s, ``cut_after_skips``):
-    ``α_t = r_t``, ``β_t = γ m_{t+1}`` (0 past the end)."""
+def coeffs_kept_returns(ins, s, scalars, tile, T, ACC: tl.constexpr):
+    """REINFORCE++'s return (``kept_returns``): the masked return, ``α_t = m_t r_t`` and
+    ``β_t = m_t γ + 1 − m_t`` (a skipped step passes it through), with the mask for the emit step."""
     R, MASK = ins
     r = load(R, s[0], tile, ACC)
-    kept_next = load_flag(MASK, s[1], tile, 1, T)
-    return r, tl.where(kept_next, scalar(scalars[0], ACC), 0), (load_flag(MASK, s[1], tile, 0, T),)
+    kept = load_flag(MASK, s[1], tile, 0, T)
+    return tl.where(kept, r, 0), tl.where(kept, scalar(scalars[0], ACC), 1), (kept,)
 
 
 @triton.jit
-def emit_with_sums(outs, s, scalars, A, A_in, keep, tile, T):
-    """``G = A``, and the count, sum and sum of squares of ``G`` where ``m_t = 1`` added to ``SUMS``."""
+def emit_kept_with_sums(outs, s, scalars, A, A_in, keep, tile, T):
+    """``G = A`` where ``m_t = 1`` and 0 where it is 0, and the count, sum and sum of squares
+    of ``G`` over ``m_t = 1`` added to ``SUMS``."""
     OUT, SUMS = outs
     (kept,) = keep
-    store(OUT, s, tile, A)
+    store(OUT, s, tile, tl.where(kept, A, 0))
     add_sums(SUMS, tile[3] & kept, A)

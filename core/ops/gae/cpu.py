@@ -3,7 +3,10 @@
 Absent inputs arrive as ``None``: numba compiles a version for each combination and prunes
 the branches, so the loop over environments has no stand-in arrays to read and vectorises.
 """
+import numpy as np
+
 from ..._cpu import grid, njit, prange, step_coefs, step_ends
+from ..._cpu_rows import ROWS_AT_ONCE, load_value, row_sums, step_helper
 
 
 @njit
@@ -45,8 +48,8 @@ def gae_masked_loop(r, v, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, gam
     """With a step-skip mask: ``w`` holds the next kept values ``W_t`` (docs/semantics.md)."""
     T, Bh, Bl = grid(r)
     zero = one - one
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 last = zero
                 wn = zero
@@ -74,3 +77,75 @@ def run_masked(layout, arrays, scalars, outs, dtype):
     gamma, lmbda, gamma_lmbda = scalars
     gae_masked_loop(r, v, w, boot, term, mask, g, lam, dtype(gamma), dtype(lmbda), dtype(gamma_lmbda), dtype(1),
                     *outs)
+
+
+@step_helper
+def _row_step(r, v, mask, term, b, t, gamma, gamma_lmbda, one, adv, ret, sums, bad, wn, last, n, s, q, c):
+    """One step of one row of :func:`gae_masked_rows_loop`: the carried state in, the state out."""
+    zero = one - one
+    vt = load_value(v, b, t, one)
+    kept = mask[b, t]
+    if kept != 0:
+        if kept != 1:
+            bad += 1
+        nu = one
+        if term is not None:
+            if term[b, t] != 0:
+                nu = zero
+        a = load_value(r, b, t, one) + gamma * wn * nu - vt + gamma_lmbda * nu * last
+        wn = vt
+        if sums is not None:
+            if n == 0.0:
+                c = np.float64(a)
+            d = np.float64(a) - c
+            n += 1.0
+            s += d
+            q += d * d
+    else:
+        a = last
+    adv[b, t] = a
+    ret[b, t] = a + vt
+    return bad, wn, a, n, s, q, c
+
+
+@njit
+def gae_masked_rows_loop(r, v, mask, boot, term, gamma, gamma_lmbda, one, adv, ret, sums, bad):
+    """The masked GAE over ``[B, T]`` rows contiguous in time (:mod:`rlscan._cpu_rows`), each
+    row walked from its end in the order of ``gae_masked_loop``, the next kept value ``W``
+    and ``Â`` carried in registers, not read back from arrays. A thread walks
+    ``ROWS_AT_ONCE`` rows side by side: one row's steps form a chain of dependent
+    operations, and independent rows fill the processor's pipeline meanwhile. With
+    ``sums``, each row's count, ``Σ(Â − c)`` and ``Σ(Â − c)²`` over its kept steps, and
+    ``c``; ``bad[b]`` counts the mask's values other than 0 and 1."""
+    B, T = r.shape
+    zero = one - one
+    for p in prange((B + ROWS_AT_ONCE - 1) // ROWS_AT_ONCE):
+        b0 = p * ROWS_AT_ONCE
+        # a short last group walks its last row again: the same values, written twice, counted once
+        b1, b2, b3 = min(b0 + 1, B - 1), min(b0 + 2, B - 1), min(b0 + 3, B - 1)
+        w0, w1, w2, w3 = zero, zero, zero, zero
+        if boot is not None:
+            w0, w1 = load_value(boot, b0, 0, one), load_value(boot, b1, 0, one)
+            w2, w3 = load_value(boot, b2, 0, one), load_value(boot, b3, 0, one)
+        l0, l1, l2, l3 = zero, zero, zero, zero
+        n0, s0, q0, c0 = 0.0, 0.0, 0.0, 0.0
+        n1, s1, q1, c1 = 0.0, 0.0, 0.0, 0.0
+        n2, s2, q2, c2 = 0.0, 0.0, 0.0, 0.0
+        n3, s3, q3, c3 = 0.0, 0.0, 0.0, 0.0
+        e0, e1, e2, e3 = 0, 0, 0, 0
+        for k in range(T):
+            t = T - 1 - k
+            e0, w0, l0, n0, s0, q0, c0 = _row_step(r, v, mask, term, b0, t, gamma, gamma_lmbda, one, adv, ret, sums,
+                                                   e0, w0, l0, n0, s0, q0, c0)
+            e1, w1, l1, n1, s1, q1, c1 = _row_step(r, v, mask, term, b1, t, gamma, gamma_lmbda, one, adv, ret, sums,
+                                                   e1, w1, l1, n1, s1, q1, c1)
+            e2, w2, l2, n2, s2, q2, c2 = _row_step(r, v, mask, term, b2, t, gamma, gamma_lmbda, one, adv, ret, sums,
+                                                   e2, w2, l2, n2, s2, q2, c2)
+            e3, w3, l3, n3, s3, q3, c3 = _row_step(r, v, mask, term, b3, t, gamma, gamma_lmbda, one, adv, ret, sums,
+                                                   e3, w3, l3, n3, s3, q3, c3)
+        bad[b0], bad[b1], bad[b2], bad[b3] = e0, e1, e2, e3
+        if sums is not None:
+            row_sums(sums, b3, n3, s3, q3, c3)
+            row_sums(sums, b2, n2, s2, q2, c2)
+            row_sums(sums, b1, n1, s1, q1, c1)
+            row_sums(sums, b0, n0, s0, q0, c0)

@@ -92,13 +92,24 @@ register_fused(MASKED, trusted_call)
 
 
 def _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact, out):
-    """The masked GAE: one pass (``one_pass``) where it applies, else the next kept values and
-    then GAE, two scans; the whitening after."""
+    """The masked GAE: one pass where it applies (``one_pass`` on the Triton path, ``rows``
+    over rows contiguous in time on the CPU), else the next kept values and then GAE, two
+    scans; the whitening after."""
     from ...whiten import apply_whitening, masked_whiten
 
-    mask = _skip.check_mask(call, "gae", mask, next_values, truncated)
     tensors = (call.anchor, values, bootstrap_value, terminated, g.tensor)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    on_rows = (out is None and g.tensor is None and lam.tensor is None and not needs_grad
+               and not torch.compiler.is_compiling() and call.path() == "cpu" and 0 not in call.shape)
+    # the CPU row loop checks the mask's values as it reads them
+    mask = _skip.check_mask(call, "gae", mask, next_values, truncated, values=not on_rows)
+    if on_rows:
+        from . import rows
+
+        result = rows.advantages(call, values, bootstrap_value, terminated, mask, g.value, lam.value, whiten)
+        if result is not None:
+            return GAEOutput(*call.finish(result))
+        _skip.check_mask_values(call, mask)
     if (not exact and out is None and lam.tensor is None and not needs_grad and not torch.compiler.is_compiling()
             and call.path() == "triton" and 0 not in call.shape):
         from ..._triton.whiten import new_sums

@@ -40,8 +40,8 @@ def td_lambda_masked_loop(r, w, boot, term, mask, gammas, lmbdas, gamma, lmbda, 
     """With a step-skip mask: ``w`` holds the next kept values ``W_t``, and ``G_T`` is the bootstrap."""
     T, Bh, Bl = grid(r)
     zero = one - one
-    for t in range(T - 1, -1, -1):
-        for i in range(Bh):
+    for i in prange(Bh):
+        for t in range(T - 1, -1, -1):
             for j in range(Bl):
                 wn = zero
                 if t < T - 1:

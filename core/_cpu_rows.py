@@ -1,0 +1,205 @@
+"""Rows contiguous in time on the CPU (a language model's ``[B, T]`` responses): loops that
+walk each row from its end in one iteration of a ``prange`` over the rows, carry their
+state in registers, and gather the whitening's statistics on the way.
+
+A row loop reads every input element once, in place: float32 and float64 as they are,
+bfloat16 as its bits (``uint16``; a float32 is those bits shifted up 16, exactly), a bool
+mask as bytes, any integer or float32/float64 mask as it is. Nothing is converted or copied
+first, and no intermediate series (the next kept values ``W``) is written: the loop holds
+them. Where the whitening follows, each row adds its kept steps' count and the sum and
+sum of squares of ``x − c`` (``c`` the row's first kept value met, a shift against
+cancellation) to its own row of a ``[B, 3]`` float64 array; :func:`whiten` merges the rows'
+means and centred sums (Chan et al.'s formula) into the batch's mean ``μ`` and
+Bessel-corrected variance ``σ²``, then one more ``prange`` writes
+``(x − μ) · rsqrt(σ² + 1e-8)`` in the compute dtype (:func:`rlscan.masked_whiten`'s
+arithmetic), with 0 where the mask is 0 if asked.
+
+Each signature's runner picks the loops' serial or parallel version by its own recent
+timings (``_cpu._Versions``): both compute the same bits, each row on one thread. Fresh
+outputs of ``_cpu.HUGE_PAGE_BYTES`` or more are advised onto huge pages.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from . import _cpu
+from ._cpu import njit, prange
+
+#: Input dtypes the row loops read in place (others take the general path).
+VALUE_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32,
+               torch.float64)
+
+
+#: Rows a thread walks side by side (the row loops are written for 4).
+ROWS_AT_ONCE = 4
+
+step_helper = _cpu._step_helper
+
+
+@step_helper
+def row_sums(sums, b, n, s, q, c):
+    """Row ``b``'s ``[count, Σ(x − c), Σ(x − c)², c]``."""
+    sums[b, 0] = n
+    sums[b, 1] = s
+    sums[b, 2] = q
+    sums[b, 3] = c
+
+
+def load_value(a, b, t, one):
+    """``a[b, t]`` in ``one``'s dtype (float32 or float64); ``uint16`` arrays hold bfloat16 bits."""
+    return one * 0 + a[b, t]
+
+
+if _cpu.HAVE_NUMBA:
+    from numba import types as numba_types
+    from numba.extending import overload
+
+    @overload(load_value, inline="always")
+    def _load_value(a, b, t, one):
+        wide = one == numba_types.float64
+        if a.dtype == numba_types.uint16:
+            if wide:
+                return lambda a, b, t, one: np.float64(_cpu._float32_of_bits(np.uint32(a[b, t]) << 16))
+            return lambda a, b, t, one: _cpu._float32_of_bits(np.uint32(a[b, t]) << 16)
+        if wide:
+            return lambda a, b, t, one: np.float64(a[b, t])
+        return lambda a, b, t, one: np.float32(a[b, t])
+
+
+def rows_of(x: torch.Tensor, time_dim: int):
+    """``x`` as ``[B, T]`` rows with unit stride along time (a view), or ``None``."""
+    if x.dim() != 2:
+        return None
+    rows = x if time_dim in (1, -1) else x.t()
+    if rows.size(1) > 1 and rows.stride(1) != 1:
+        return None
+    return rows
+
+
+def array(x: torch.Tensor) -> np.ndarray:
+    """The loop's numpy view of a ``[B, T]`` tensor's memory (no copy)."""
+    x = x.detach()
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(np.uint16)
+    if x.dtype == torch.bool:
+        return x.view(torch.uint8).numpy()
+    return x.numpy()
+
+
+def readable(values=(), masks=()) -> bool:
+    return (all(x is None or x.dtype in VALUE_DTYPES for x in values)
+            and all(x is None or x.dtype in MASK_DTYPES for x in masks))
+
+
+def new_rows(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A fresh ``[B, T]`` output, on huge pages where it is large."""
+    out = torch.empty(like.shape, dtype=dtype)
+    if out.numel() * out.element_size() >= _cpu.HUGE_PAGE_BYTES:
+        _cpu.advise_huge_pages(out)
+    return out
+
+
+_VERSIONS: dict = {}
+
+
+def run(loop, key: tuple, shape: tuple, *args) -> None:
+    """``loop(*args)`` over ``shape`` (``(prange iterations, elements)``) in its serial or
+    parallel version, as the recent calls of ``key`` (a signature: the loop and its arrays'
+    shapes and dtypes) found faster."""
+    parallel = False
+    versions = None
+    iterations, elements = shape
+    if iterations > 1 and elements >= _cpu.PARALLEL_MIN_ELEMENTS and _cpu.cpu_threads() > 1:
+        versions = _VERSIONS.get(key)
+        if versions is None:
+            if len(_VERSIONS) >= 256:
+                _VERSIONS.clear()
+            versions = _VERSIONS[key] = _cpu._Versions()
+        parallel = versions.parallel()
+    start = time.perf_counter()
+    loop.version(None, parallel)(*args)
+    if versions is not None:
+        versions.note(parallel, time.perf_counter() - start)
+
+
+def signature(*arrays) -> tuple:
+    return tuple(None if a is None else (a.shape, a.strides, a.dtype.str) for a in arrays)
+
+
+# ----------------------------------------------------------------------------- the whitening
+
+
+@njit
+def whiten_rows_loop(x, mask, mean, scale, zero_skipped, out):
+    """``out = (x − mean) · scale``, 0 where ``mask`` is 0 if ``zero_skipped``; ``out`` may be ``x``."""
+    B, T = x.shape
+    zero = mean - mean
+    for b in prange(B):
+        for t in range(T):
+            y = (x[b, t] - mean) * scale
+            if zero_skipped:
+                if mask[b, t] == 0:
+                    y = zero
+            out[b, t] = y
+
+
+def statistics(sums: np.ndarray) -> tuple:
+    """``(n, μ, σ²)`` of the batch from each row's ``[count, Σ(x − c), Σ(x − c)², c]``."""
+    n_b, s_b, q_b, c_b = sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3]
+    n = float(n_b.sum())
+    if n < 2:
+        raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {int(n)}")
+    kept = n_b > 0
+    n_b, s_b, q_b, c_b = n_b[kept], s_b[kept], q_b[kept], c_b[kept]
+    mean_b = c_b + s_b / n_b
+    m2_b = np.maximum(q_b - s_b * s_b / n_b, 0.0)
+    mean = float((n_b * mean_b).sum() / n)
+    m2 = float(m2_b.sum() + (n_b * (mean_b - mean) ** 2).sum())
+    return n, mean, m2 / (n - 1)
+
+
+def whiten(x: np.ndarray, sums: np.ndarray, one, mask=None, out=None) -> None:
+    """Standardise ``x`` (``[B, T]``) into ``out`` (default: in place) with the batch's
+    statistics from the rows' ``sums``, in ``one``'s dtype; 0 where ``mask`` is 0 if given."""
+    _, mean, var = statistics(sums)
+    dtype = type(one)
+    mean, scale = dtype(mean), dtype(1.0 / math.sqrt(var + 1e-8))
+    target = x if out is None else out
+    zero_skipped = mask is not None
+    run(whiten_rows_loop, ("whiten", signature(x, mask, target), zero_skipped), (x.shape[0], x.size), x,
+        mask if zero_skipped else x, mean, scale, zero_skipped, target)
+
+
+# ----------------------------------------------------------------------------- a value per row
+
+
+@njit
+def broadcast_rows_loop(x, mask, out):
+    """``out[b, t] = x[b] · mask[b, t]``: one value per row over its tokens (the product's
+    bits: ``x`` times 0 or 1, the sign of a zero included)."""
+    B, T = out.shape
+    for b in prange(B):
+        xb = x[b]
+        for t in range(T):
+            out[b, t] = xb * mask[b, t]
+
+
+def broadcast(x: torch.Tensor, mask: torch.Tensor):
+    """``x.unsqueeze(-1) * mask`` (``x``: ``[B]``, ``mask``: ``[B, T]``) in torch's product
+    dtype, written once into a fresh tensor; ``None`` where the row loop does not read the
+    inputs in place (torch's product then runs)."""
+    dtype = torch.promote_types(x.dtype, mask.dtype)
+    if (x.device.type != "cpu" or mask.dim() != 2 or x.shape != mask.shape[:1] or dtype not in
+            (torch.float32, torch.float64) or x.dtype not in (torch.float32, torch.float64)
+            or mask.dtype not in MASK_DTYPES or (mask.size(1) > 1 and mask.stride(1) != 1)):
+        return None
+    out = new_rows(mask, dtype)
+    a_x, a_m, a_out = x.detach().numpy(), array(mask), out.numpy()
+    run(broadcast_rows_loop, ("broadcast", signature(a_m, a_out), a_x.dtype.str), (a_out.shape[0], a_out.size), a_x,
+        a_m, a_out)
+    return out
