@@ -531,7 +531,9 @@ class CpuRunner:
     def __init__(self, op, layout, compute_dtype: torch.dtype):
         self.op, self.layout, self.compute_dtype = op, layout, compute_dtype
         self.np_dtype = _NUMPY_DTYPE[compute_dtype]
-        self.views = {}  # blocks -> (input viewers, output viewers)
+        # blocks -> (input viewers, output viewers), for each version the runner may run; set on
+        # the first call (see _prepare)
+        self.views = None
         self.converts = None
         elements = layout.T * layout.B
         self.huge = elements * torch.empty((), dtype=compute_dtype).element_size() >= HUGE_PAGE_BYTES
@@ -548,6 +550,22 @@ class CpuRunner:
             blocks = self.serial_blocks if self.serial_blocks > 1 else _blocks(layout, cpu_threads())
             self.parallel_blocks = None if blocks == 1 else blocks
             self.versions = None if blocks == 1 else _Versions()
+
+    def _prepare(self, tensors, outs) -> list:
+        """Work out, from the first call's tensors, all that depends on the call's signature: the
+        grid's blocks for the serial and the parallel loop and, for each, how every argument
+        becomes a view; returns the outputs to compute into. The first call is the checked
+        path's, on tensors; a later one (``_fast``'s replay) may pass the numpy arrays the user
+        passed instead, which the views take but which have no torch strides to plan from."""
+        if not HAVE_NUMBA:
+            warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=3)
+        # outputs not in the compute dtype are computed in a buffer of it, then copied
+        self.converts = any(o is not None and o.dtype != self.compute_dtype for o in outs)
+        self._plan(tensors)
+        work = self._work(outs) if self.converts else outs
+        blocks = (self.serial_blocks,) if self.parallel_blocks is None else (self.serial_blocks, self.parallel_blocks)
+        self.views = {b: self._viewers(tensors, work, b) for b in blocks}  # last: a runner with views is ready
+        return work
 
     def _viewers(self, tensors, work, blocks: int) -> tuple:
         cd, layout = self.compute_dtype, self.layout
@@ -570,13 +588,10 @@ class CpuRunner:
         if replay is not None and (scalars is replay.scalars or scalars == replay.scalars):
             replay(tensors, outs)
             return
-        if self.converts is None:
-            if not HAVE_NUMBA:
-                warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=2)
-            # outputs not in the compute dtype are computed in a buffer of it, then copied
-            self.converts = any(o is not None and o.dtype != self.compute_dtype for o in outs)
-            self._plan(tensors)
-        work = self._work(outs) if self.converts else outs
+        if self.views is None:
+            work = self._prepare(tensors, outs)
+        else:
+            work = self._work(outs) if self.converts else outs
         if self.huge:
             for w in work:
                 if type(w) is torch.Tensor:  # numpy advises its own large arrays
@@ -584,9 +599,7 @@ class CpuRunner:
         versions = self.versions
         parallel = versions is not None and versions.parallel()
         blocks = self.parallel_blocks if parallel else self.serial_blocks
-        viewers = self.views.get(blocks)
-        if viewers is None:
-            viewers = self.views[blocks] = self._viewers(tensors, work, blocks)
+        viewers = self.views[blocks]
         arrays = [None if v is None else v(t) for v, t in zip(viewers[0], tensors)]
         views = [None if w is None else v(w) for v, w in zip(viewers[1], work)]
         start = time.perf_counter()
