@@ -74,10 +74,13 @@ FIXED_WIDTHS = (1, 2, 4, 8)
 class _Loop:
     """A loop compiled by numba in versions: serially, with ``parallel=True``, and each for rows
     of one of :data:`FIXED_WIDTHS` environments, compiled when first needed. The version for
-    a call is picked by its first array's ``Bl`` (``grid``)."""
+    a call is picked by its first array's ``Bl`` (``grid``). A loop without a ``prange`` (the
+    masked ops' loops over time) has no parallel version: its serial one stands in, as numba
+    compiles nothing parallel there, and warns so."""
 
     def __init__(self, fn):
         self.py_func = fn
+        self.has_prange = "prange" in fn.__code__.co_names
         self.serial = self._compile(None, False)
         self._versions = {(None, False): self.serial}
         functools.update_wrapper(self, fn)
@@ -106,7 +109,10 @@ class _Loop:
         """The loop compiled for rows of ``width`` environments (``None``: any), in parallel or not."""
         loop = self._versions.get((width, parallel))
         if loop is None:
-            loop = self._versions[(width, parallel)] = self._compile(width, parallel)
+            if parallel and not self.has_prange:
+                loop = self._versions[(width, parallel)] = self.version(width, False)
+            else:
+                loop = self._versions[(width, parallel)] = self._compile(width, parallel)
         return loop
 
     def _compile(self, width, parallel: bool):
