@@ -81,8 +81,8 @@ class Call:
 
     # -- arguments ---------------------------------------------------------------------
 
-    def _tensor(self, name: str, x) -> torch.Tensor:
-        t, was_numpy = to_tensor(name, x)
+    def _tensor(self, name: str, x, written: bool = False) -> torch.Tensor:
+        t, was_numpy = to_tensor(name, x, written=written)
         check_device(name, t, self.device, self.anchor_name)
         if was_numpy:
             self.origins[id(t)] = x
@@ -217,7 +217,7 @@ class Call:
         checked = []
         for k, o in enumerate(outs):
             name = "out" if n == 1 else f"out[{k}]"
-            o = self._tensor(name, o)
+            o = self._tensor(name, o, written=True)
             check_float(name, o)
             check_shape(name, o, self.shape, self.anchor_name)
             if self.out_dtype is not None and o.dtype != self.out_dtype:

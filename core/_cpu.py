@@ -74,10 +74,13 @@ FIXED_WIDTHS = (1, 2, 4, 8)
 class _Loop:
     """A loop compiled by numba in versions: serially, with ``parallel=True``, and each for rows
     of one of :data:`FIXED_WIDTHS` environments, compiled when first needed. The version for
-    a call is picked by its first array's ``Bl`` (``grid``)."""
+    a call is picked by its first array's ``Bl`` (``grid``). A loop without a ``prange`` (the
+    masked ops' loops over time) has no parallel version: its serial one stands in, as numba
+    compiles nothing parallel there, and warns so."""
 
     def __init__(self, fn):
         self.py_func = fn
+        self.has_prange = "prange" in fn.__code__.co_names
         self.serial = self._compile(None, False)
         self._versions = {(None, False): self.serial}
         functools.update_wrapper(self, fn)
@@ -109,7 +112,10 @@ class _Loop:
         parallel = parallel and "prange" in self.py_func.__code__.co_names
         loop = self._versions.get((width, parallel))
         if loop is None:
-            loop = self._versions[(width, parallel)] = self._compile(width, parallel)
+            if parallel and not self.has_prange:
+                loop = self._versions[(width, parallel)] = self.version(width, False)
+            else:
+                loop = self._versions[(width, parallel)] = self._compile(width, parallel)
         return loop
 
     def _compile(self, width, parallel: bool):
@@ -446,26 +452,34 @@ def _in_blocks(geometry: tuple, blocks: int) -> tuple:
 #: environments apart in memory by at least this many bytes, together, make a step that
 #: crosses them too far for the cache (see _steps_in_rows)
 ROWS_MIN_BYTES = 2 << 20
+#: fewer environments than this are never walked one row at a time (see _steps_in_rows)
+ROWS_MIN_ENVIRONMENTS = 32
+#: rows closer than this many bytes are never walked one at a time (see _steps_in_rows)
+ROW_MIN_BYTES = 2048
+#: rows a whole number of these many bytes apart fall in the same cache sets (see _steps_in_rows)
+PAGE_BYTES = 4096
 
 
 def _steps_in_rows(layout, tensors, kinds) -> bool:
     """Whether the loop should walk one environment's row at a time (each environment a block
     of its own, :func:`_in_blocks`): where the first series' steps are next to each other in
-    memory (``[N, T]``, TorchRL's ``[B, T, 1]``) in a one-group grid, with 32 environments or
-    more whose rows are whole pages apart (every row then falls in the same cache sets) or
-    span ``ROWS_MIN_BYTES`` together. Elsewhere a step across environments stays in cache,
+    memory (``[N, T]``, TorchRL's ``[B, T, 1]``) in a one-group grid, with
+    ``ROWS_MIN_ENVIRONMENTS`` environments or more, rows ``ROW_MIN_BYTES`` or more apart, and
+    rows whole pages apart (every row then falls in the same cache sets) or spanning
+    ``ROWS_MIN_BYTES`` together. Elsewhere a step across environments stays in cache,
     and vectorises. GAE with ``time_dim=1`` on one core of an AMD EPYC, row by row against
     across environments: ×5.0–5.2 at 4096 × 2048, ×1.7–1.8 at 1000 × 1000, ×1.4 at 2000 × 700,
     ×1.3 at 32 × 8192, ×1.1 at 64 × 4096, even at 128 and 256 × 1024; across won ×2.0–2.5 at
     4096 × 128, 256 × 1000 and 100 × 3000, ×1.6 at 512 × 512."""
-    if layout.two_level or layout.B < 32:
+    if layout.two_level or layout.B < ROWS_MIN_ENVIRONMENTS:
         return False
     first = next((t for t, k in zip(tensors, kinds) if t is not None and k == "series"), None)
     if first is None:
         return False
     s_t, _, s_lo = kernel_strides(layout, first, "series")
     row_bytes = s_lo * first.element_size()
-    return s_t == 1 and row_bytes >= 2048 and (row_bytes % 4096 == 0 or layout.B * row_bytes >= ROWS_MIN_BYTES)
+    return s_t == 1 and row_bytes >= ROW_MIN_BYTES and (row_bytes % PAGE_BYTES == 0
+                                                        or layout.B * row_bytes >= ROWS_MIN_BYTES)
 
 
 #: A runner that may run in parallel runs the other version than the one it picked on every
@@ -534,7 +548,9 @@ class CpuRunner:
     def __init__(self, op, layout, compute_dtype: torch.dtype):
         self.op, self.layout, self.compute_dtype = op, layout, compute_dtype
         self.np_dtype = _NUMPY_DTYPE[compute_dtype]
-        self.views = {}  # blocks -> (input viewers, output viewers)
+        # blocks -> (input viewers, output viewers), for each version the runner may run; set on
+        # the first call (see _prepare)
+        self.views = None
         self.converts = None
         elements = layout.T * layout.B
         self.huge = elements * torch.empty((), dtype=compute_dtype).element_size() >= HUGE_PAGE_BYTES
@@ -551,6 +567,22 @@ class CpuRunner:
             blocks = self.serial_blocks if self.serial_blocks > 1 else _blocks(layout, cpu_threads())
             self.parallel_blocks = None if blocks == 1 else blocks
             self.versions = None if blocks == 1 else _Versions()
+
+    def _prepare(self, tensors, outs) -> list:
+        """Work out, from the first call's tensors, all that depends on the call's signature: the
+        grid's blocks for the serial and the parallel loop and, for each, how every argument
+        becomes a view; returns the outputs to compute into. The first call is the checked
+        path's, on tensors; a later one (``_fast``'s replay) may pass the numpy arrays the user
+        passed instead, which the views take but which have no torch strides to plan from."""
+        if not HAVE_NUMBA:
+            warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=3)
+        # outputs not in the compute dtype are computed in a buffer of it, then copied
+        self.converts = any(o is not None and o.dtype != self.compute_dtype for o in outs)
+        self._plan(tensors)
+        work = self._work(outs) if self.converts else outs
+        blocks = (self.serial_blocks,) if self.parallel_blocks is None else (self.serial_blocks, self.parallel_blocks)
+        self.views = {b: self._viewers(tensors, work, b) for b in blocks}  # last: a runner with views is ready
+        return work
 
     def _viewers(self, tensors, work, blocks: int) -> tuple:
         cd, layout = self.compute_dtype, self.layout
@@ -573,13 +605,10 @@ class CpuRunner:
         if replay is not None and (scalars is replay.scalars or scalars == replay.scalars):
             replay(tensors, outs)
             return
-        if self.converts is None:
-            if not HAVE_NUMBA:
-                warnings.warn("numba is not installed: rlscan's CPU path runs as plain Python, slowly", stacklevel=2)
-            # outputs not in the compute dtype are computed in a buffer of it, then copied
-            self.converts = any(o is not None and o.dtype != self.compute_dtype for o in outs)
-            self._plan(tensors)
-        work = self._work(outs) if self.converts else outs
+        if self.views is None:
+            work = self._prepare(tensors, outs)
+        else:
+            work = self._work(outs) if self.converts else outs
         if self.huge:
             for w in work:
                 if type(w) is torch.Tensor:  # numpy advises its own large arrays
@@ -587,9 +616,7 @@ class CpuRunner:
         versions = self.versions
         parallel = versions is not None and versions.parallel()
         blocks = self.parallel_blocks if parallel else self.serial_blocks
-        viewers = self.views.get(blocks)
-        if viewers is None:
-            viewers = self.views[blocks] = self._viewers(tensors, work, blocks)
+        viewers = self.views[blocks]
         arrays = [None if v is None else v(t) for v, t in zip(viewers[0], tensors)]
         views = [None if w is None else v(w) for v, w in zip(viewers[1], work)]
         start = time.perf_counter()

@@ -11,10 +11,11 @@ same signature allocate the outputs and run the runner directly.
 A call is recorded only when its checks depend on nothing but the signature. Calls that
 check values (a tensor γ/λ or action indices on the CPU), convert arguments (broadcast
 coefficients), need gradients on the CPU path, write into ``out=``, are split into several launches,
-raise, or run inside ``torch.compile`` always take the checked path. numpy arrays are
-replayed on the CPU loop only (whose views do not depend on alignment), with numpy
-outputs allocated as the checked path laid them out. A call that records the fused
-backward (the Triton path) is replayed through the op's autograd function.
+raise, or run inside ``torch.compile`` always take the checked path. numpy arrays, any
+argument, are replayed on the CPU loop only (whose views do not depend on alignment, which
+an array's key leaves out), which takes them where the checked call passed the tensors
+that wrap them; numpy outputs are allocated as the checked path laid them out. A call that
+records the fused backward (the Triton path) is replayed through the op's autograd function.
 """
 from __future__ import annotations
 
@@ -118,6 +119,8 @@ def _entry(log, arguments: tuple, result):
     if runner is None or call.checked_values:
         raise _Uncacheable
     origins = getattr(call, "origins", {})
+    if origins and not _takes_numpy(runner):
+        raise _Uncacheable
     entry = _Entry()
     sources = [_source(t, arguments, origins) for t in tensors]
     entry.pick = (lambda a: (a[sources[0]],)) if len(sources) == 1 else operator.itemgetter(*sources)
@@ -168,13 +171,20 @@ def _grad_entry(recorded, arguments: tuple, result):
     return entry
 
 
+def _takes_numpy(runner) -> bool:
+    """Whether ``runner`` may be handed the numpy arrays a call passed, in place of the tensors
+    that wrapped them on the checked call: the CPU loop's views take either; a launch plan
+    reads tensors, and its signature holds their alignment."""
+    from ._cpu import CpuRunner  # here, not at the top: numba loads with the first CPU call
+
+    return isinstance(runner, CpuRunner)
+
+
 def _numpy_outputs(call, runner, outs) -> tuple:
     """``(dtype, empty_like)`` that allocate numpy outputs laid out as the checked call's
     ``outs``; only the CPU loop replays numpy calls, and only into its compute dtype."""
-    from ._cpu import CpuRunner  # here, not at the top: numba loads with the first CPU call
-
     dtype = outs[0].dtype
-    if not isinstance(runner, CpuRunner) or dtype != call.compute_dtype:
+    if dtype != call.compute_dtype:
         raise _Uncacheable
     anchor = call.origins[id(call.anchor)]
     np_dtype = torch.empty((), dtype=dtype).numpy().dtype

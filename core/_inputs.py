@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -105,8 +106,9 @@ def plan_layout(shape: torch.Size, time_dim: int, full: Sequence[torch.Tensor], 
 # ----------------------------------------------------------------------------- checks
 
 
-def to_tensor(name: str, x):
-    """``(tensor, was_numpy)``; numpy arrays are wrapped without a copy."""
+def to_tensor(name: str, x, *, written: bool = False):
+    """``(tensor, was_numpy)``; numpy arrays are wrapped without a copy. ``written``: the
+    argument is an output (``out=``), not only read."""
     if isinstance(x, torch.Tensor):
         return x, False
     if isinstance(x, np.ndarray):
@@ -122,6 +124,12 @@ def to_tensor(name: str, x):
                 f"{name} is a numpy view with negative strides (a reversed view), which torch cannot "
                 f"wrap without a copy; pass np.ascontiguousarray({name})"
             )
+        if not x.flags.writeable and not written:
+            # read-only arrays (np.broadcast_to's flags, say) are only read: torch's warning that
+            # writing to the tensor would be undefined is not the caller's concern
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+                return torch.from_numpy(x), True
         return torch.from_numpy(x), True
     raise TypeError(f"{name} must be a torch.Tensor or a numpy array, got {type(x).__name__}")
 

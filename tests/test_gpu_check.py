@@ -1,5 +1,6 @@
 """tools/gpu_check.py's checks, on tiny shapes through the interpreter: a right result
-passes, a wrong one fails (issue #17)."""
+passes, a wrong one fails (issue #17), a repeat call must give the first call's bits and host
+arguments beside the device's tensors are checked (issue #40)."""
 import sys
 from pathlib import Path
 
@@ -13,13 +14,15 @@ import gpu_check  # noqa: E402
 from rlscan_testing import path_for  # noqa: E402
 
 
-@pytest.mark.parametrize("spec", [("gae", "BT1", 2, 17, "fp32", "uint8", False),
-                                  ("vtrace", "strided", 3, 9, "fp64", "float", True)])
+@pytest.mark.parametrize("spec", [("gae", "BT1", 2, 17, "fp32", "uint8", "forward"),
+                                  ("vtrace", "strided", 3, 9, "fp64", "float", "backward"),
+                                  ("vtrace", "TN", 5, 3, "fp32", "bool", "deterministic")])
 def test_a_right_result_passes_and_a_wrong_one_fails(spec, monkeypatch):
     device = path_for("triton").device
     with rlscan.use_backend("triton"):
         row = gpu_check.check(spec, device.type)
         assert row["ok"] and row["error"] <= row["tol"] and row["setting"] and not row["fallbacks"], row
+        assert row["repeat"] == "bits" and row["classes"], row
         real = gpu_check.make_case
 
         def off_by_a_little(*args, **kwargs):
@@ -37,13 +40,46 @@ def test_a_right_result_passes_and_a_wrong_one_fails(spec, monkeypatch):
     assert not row["ok"] and row["error"] > row["tol"], row
 
 
+def test_a_repeat_call_with_other_bits_fails(monkeypatch):
+    """The second call of a check (a replay) must give the first call's bits."""
+    device = path_for("triton").device
+    real = gpu_check.make_case
+
+    def second_call_off(*args, **kwargs):
+        case = real(*args, **kwargs)
+        calls = []
+
+        def fn(*a, **k):
+            calls.append(1)
+            outs = case.fn(*a, **k)
+            return tuple(o * (1 + 1e-7 * (len(calls) == 2)) for o in outs)
+
+        return case._replace(fn=fn)
+
+    monkeypatch.setattr(gpu_check, "make_case", second_call_off)
+    with rlscan.use_backend("triton"):
+        row = gpu_check.check(("gae", "TN", 3, 5, "fp32", "bool", "forward"), device.type)
+    assert not row["ok"] and row["repeat"] == "DIFFERS", row
+
+
+@pytest.mark.parametrize("op", ["gae", "retrace_from_q", "linear_scan"])
+def test_host_arguments_beside_the_devices_tensors(op):
+    """numpy arrays and CPU tensors beside the case's tensors: refused, naming the argument,
+    beside CUDA tensors; on the CPU, the tensors' bits."""
+    device = path_for("triton").device
+    with rlscan.use_backend("triton"):
+        row = gpu_check.check((op, "TN", 3, 4, "fp32", "float", "inputs"), device.type)
+    assert row["ok"], row
+
+
 def test_the_plan_reaches_every_layout_and_flag_dtype():
     specs = gpu_check.plan_cases(small=False, everything=False)
     assert {s[1] for s in specs} == {"TN", "NT", "BT1", "strided"}
     assert {s[5] for s in specs} == {"bool", "uint8", "float"}
     assert {s[4] for s in specs} == {"fp16", "bf16", "fp32", "fp64"}
-    assert {(s[2], s[3]) for s in specs} == set(gpu_check.SHAPES)
-    assert any(s[6] for s in specs) and len(specs) < 450
+    assert {(s[2], s[3]) for s in specs} == set(gpu_check.SHAPES) | {c[1:3] for c in gpu_check.CLASS_CHECKS}
+    assert {s[6] for s in specs} == set(gpu_check.MODES) and len(specs) < 470
+    assert {s[0] for s in specs if s[6] == "inputs"} == set(gpu_check.OPS)
 
 
 @pytest.mark.parametrize("shapes", ["7x7", "512by2048"])

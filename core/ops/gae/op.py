@@ -127,8 +127,8 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
     if whiten:
         adv = masked_whiten(result[0], mask)
         if out is not None:
-            out[0].copy_(adv)
-            adv = out[0]
+            result[0][...] = adv  # the given output, a tensor or an array (numpy in, numpy out)
+            adv = result[0]
         result = (adv, result[1])
     return GAEOutput(*result)
 
