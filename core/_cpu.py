@@ -74,13 +74,12 @@ FIXED_WIDTHS = (1, 2, 4, 8)
 class _Loop:
     """A loop compiled by numba in versions: serially, with ``parallel=True``, and each for rows
     of one of :data:`FIXED_WIDTHS` environments, compiled when first needed. The version for
-    a call is picked by its first array's ``Bl`` (``grid``). A loop without a ``prange`` (the
-    masked ops' loops over time) has no parallel version: its serial one stands in, as numba
-    compiles nothing parallel there, and warns so."""
+    a call is picked by its first array's ``Bl`` (``grid``). Every loop runs its environments in
+    a ``prange`` (``tests/test_cpu_path.py`` checks): numba warns the user about a parallel
+    compile that finds none."""
 
     def __init__(self, fn):
         self.py_func = fn
-        self.has_prange = "prange" in fn.__code__.co_names
         self.serial = self._compile(None, False)
         self._versions = {(None, False): self.serial}
         functools.update_wrapper(self, fn)
@@ -106,16 +105,10 @@ class _Loop:
         return self.version(None, True)
 
     def version(self, width, parallel: bool):
-        """The loop compiled for rows of ``width`` environments (``None``: any), in parallel or not.
-        A loop without a ``prange`` has no parallel version: numba would compile the serial code
-        again and warn (``NumbaPerformanceWarning``) to the user."""
-        parallel = parallel and "prange" in self.py_func.__code__.co_names
+        """The loop compiled for rows of ``width`` environments (``None``: any), in parallel or not."""
         loop = self._versions.get((width, parallel))
         if loop is None:
-            if parallel and not self.has_prange:
-                loop = self._versions[(width, parallel)] = self.version(width, False)
-            else:
-                loop = self._versions[(width, parallel)] = self._compile(width, parallel)
+            loop = self._versions[(width, parallel)] = self._compile(width, parallel)
         return loop
 
     def _compile(self, width, parallel: bool):
