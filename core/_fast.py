@@ -195,7 +195,7 @@ def fast_path(fn):
         try:
             key = (fn, tuple(kwargs), tuple(map(_value_key, arguments)), _backend.get_backend(),
                    torch.is_grad_enabled(), _launch.settings_key())
-        except _Uncacheable:
+        except (_Uncacheable, RuntimeError):  # RuntimeError: a tensor without strides or storage (sparse)
             return fn(*args, **kwargs)
         entry = _CACHE.get(key)
         if entry is _CHECKED_PATH:

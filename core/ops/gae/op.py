@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
+from ..._inputs import check_bool
 from ..._library import register_fused
 from ..._spec import OpSpec
 from .. import _forms, _skip, _value_backward
@@ -115,9 +117,12 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
     result = _skip.run_on_next_kept_values(call, MASKED, values, bootstrap_value, terminated, mask, g, lam, exact, out)
     if whiten:
         adv = masked_whiten(result[0], mask)
-        if out is not None:
-            out[0].copy_(adv)
-            adv = out[0]
+        if out is not None:  # the given output holds the scan's advantages: whitened in place
+            if isinstance(result[0], np.ndarray):
+                np.copyto(result[0], adv)
+            else:
+                result[0].copy_(adv)
+            adv = result[0]
         result = (adv, result[1])
     return GAEOutput(*result)
 
@@ -184,8 +189,7 @@ def gae(
         "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
-    if not isinstance(whiten, bool):
-        raise TypeError(f"whiten must be a bool, got {type(whiten).__name__}")
+    whiten = check_bool("whiten", whiten)
     if mask is not None:
         return _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact,
                        out)
