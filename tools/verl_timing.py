@@ -258,4 +258,7 @@ def main():
 
 
 if __name__ == "__main__":
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("tools/verl_timing.py times verl's estimators on a CUDA GPU, and torch sees none here "
+                 "(TRITON_INTERPRET=1 python tools/verl_timing.py --dry checks the script on the CPU)")
     sys.exit(time_rows() if "--rows" in sys.argv else main())

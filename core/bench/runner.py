@@ -122,6 +122,7 @@ def run(opts: Options) -> int:
            f"{fl.bandwidth / 1e9:.1f} GB/s  (an op's floor: max(launch, moved bytes / bandwidth))")
 
     cells, spent = [], {}
+    doc["cells"] = cells  # empty under --ops none
     ledger = CompileLedger()
     total, done = len(opts.ops) * len(shapes), 0
     for op in opts.ops:
@@ -134,7 +135,6 @@ def run(opts: Options) -> int:
                 cell = _cell(CASES[op], N, T, impls, opts, settings, fl, ledger, spent, status)
             cells.append(cell)
             report.row(p, progress, cell, impls)
-        doc["cells"] = cells
         doc["compile_s_by_op"] = dict(ledger.spent)
         doc["elapsed_s"] = time.perf_counter() - started
         report.write_json(json_path, doc)
