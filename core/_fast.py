@@ -42,7 +42,9 @@ class _Uncacheable(Exception):
 def _value_key(v):
     kind = type(v)
     if kind is torch.Tensor:
-        return v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() & 15, v.requires_grad
+        # get_device() is -1 off CUDA: a tensor without storage (meta) is told apart by its device
+        at = v.data_ptr()
+        return v.shape, v.stride(), v.dtype, v.get_device(), at & 15 if at else v.device, v.requires_grad
     if v is None or kind in (float, int, bool, str, torch.dtype):
         return kind, v
     if kind is np.ndarray:
