@@ -36,11 +36,12 @@ import numbers
 import torch
 
 import rlscan
+from rlscan._call import Call
+from rlscan._inputs import type_name
+from rlscan.ops import _skip
 from rlscan.ops.discounted_returns import cut_after_skips
 
 __all__ = ["compute_gae_advantage_return", "compute_reinforce_plus_plus_outcome_advantage", "patch", "unpatch"]
-
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torch.Tensor,
@@ -83,18 +84,13 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
 
 
 def _check_tokens(rewards, mask, values=None) -> None:
-    """verl's names in the errors (rlscan's own checks follow)."""
+    """The arguments checked under verl's names, before rlscan checks them under its own."""
     for name, x in (("token_level_rewards", rewards), ("values", values), ("response_mask", mask)):
-        if x is not None and not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if rewards.dtype not in _FLOATS:
-        raise TypeError(f"token_level_rewards must be a floating tensor, got {rewards.dtype}")
-    if rewards.dim() < 1:
-        raise ValueError("token_level_rewards must have a response_length axis, got a 0-d tensor")
-    for name, x in (("values", values), ("response_mask", mask)):
-        if x is not None and x.shape != rewards.shape:
-            raise ValueError(f"{name} must have the shape of token_level_rewards, {tuple(rewards.shape)}, "
-                             f"got {tuple(x.shape)}")
+        if (x is not None or name != "values") and not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type_name(x)}")
+    call = Call("token_level_rewards", rewards, -1)
+    call.series("values", values)
+    _skip.check_mask(call, "verl", mask, None, None, argument="response_mask")
 
 
 def _coef(name: str, value) -> float:
@@ -104,7 +100,7 @@ def _coef(name: str, value) -> float:
             raise ValueError(f"{name} must be a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float or a 0-d tensor, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a float or a 0-d tensor, got {type_name(value)}")
     value = float(value)
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must lie in [0, 1], got {value}")
