@@ -209,6 +209,8 @@ CASES = {
     "use-backend-unknown": lambda: _under("cuda", lambda: None),
     "env-backend-unknown": lambda: in_subprocess("import rlscan", RLSCAN_BACKEND="gpu"),
     "numpy-negative-strides": lambda: rlscan.discounted_returns(np.ones((T, N), np.float32)[::-1]),
+    # known gaps
+    "functorch-transform": lambda: torch.func.grad(lambda x: rlscan.discounted_returns(x).sum())(r()),
     "out-overlaps-itself": lambda: rlscan.episodic_cumsum(r(), dones=None, out=torch.empty(1, N).expand(T, N)),
     "auto-backend-other-device": lambda: _under("auto", lambda: gae(meta(r()), meta(r()),
                                                                     bootstrap_value=meta(boot()))),
