@@ -22,12 +22,12 @@ observation. See docs/adapters/cleanrl.md.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Optional
 
 import torch
 
 import rlscan
+from rlscan._inputs import check_dense, check_unit_float, type_name
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _FLAGS = (torch.bool, torch.uint8) + _FLOATS
@@ -68,7 +68,7 @@ def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, *, exa
     terminated = _terminated_after_each_step(dones, next_done, rewards)
     return rlscan.gae(
         rewards, values, bootstrap_value=bootstrap, terminated=terminated,
-        gamma=_check_unit("gamma", gamma), lmbda=_check_unit("gae_lambda", gae_lambda), exact=exact,
+        gamma=check_unit_float("gamma", gamma), lmbda=check_unit_float("gae_lambda", gae_lambda), exact=exact,
     )
 
 
@@ -115,7 +115,7 @@ def gae_with_truncation(
     next_values = torch.where(cut, final_values, after_window)
     return rlscan.gae(
         rewards, values, next_values=next_values, terminated=terminations, truncated=truncations,
-        gamma=_check_unit("gamma", gamma), lmbda=_check_unit("gae_lambda", gae_lambda), exact=exact,
+        gamma=check_unit_float("gamma", gamma), lmbda=check_unit_float("gae_lambda", gae_lambda), exact=exact,
     )
 
 
@@ -147,7 +147,8 @@ def _terminated_after_each_step(dones, next_done, rewards) -> Optional[torch.Ten
 def _check_rollout(rewards, values) -> int:
     """``num_envs``, after checking ``rewards`` and ``values``."""
     if not isinstance(rewards, torch.Tensor):
-        raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
+        raise TypeError(f"rewards must be a torch.Tensor, got {type_name(rewards)}")
+    check_dense("rewards", rewards)
     _check_dtype("rewards", rewards, _FLOATS, "a floating tensor")
     if rewards.ndim != 2 or rewards.shape[0] == 0:
         raise ValueError(
@@ -184,7 +185,8 @@ def _check_next_value(next_value, rewards, num_envs: int) -> torch.Tensor:
 
 def _check_tensor(name: str, x, rewards) -> None:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type_name(x)}")
+    check_dense(name, x)
     if x.device != rewards.device:
         raise ValueError(f"{name} is on {x.device} but rewards is on {rewards.device}: all tensors must be on one device")
 
@@ -200,11 +202,3 @@ def _check_same_shape(name: str, x: torch.Tensor, rewards: torch.Tensor) -> None
             f"{name} must have the shape of rewards, (num_steps, num_envs) = {tuple(rewards.shape)}, "
             f"got {tuple(x.shape)}"
         )
-
-
-def _check_unit(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not 0.0 <= value <= 1.0:  # also false for NaN
-        raise ValueError(f"{name} must lie in [0, 1], got {value}")
-    return float(value)

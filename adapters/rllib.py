@@ -31,6 +31,8 @@ import numpy as np
 import torch
 
 import rlscan
+from rlscan._call import Call
+from rlscan._inputs import check_bool, check_clip, check_unit_float
 
 try:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
@@ -47,12 +49,6 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("rlscan.adapters.rllib needs Ray RLlib: pip install 'rlscan[rllib]'") from error
 
 __all__ = ["RLScanGAE", "vtrace_torch", "learner_class", "patch", "unpatch", "is_patched"]
-
-
-def _checked_exact(exact) -> bool:
-    if not isinstance(exact, bool):
-        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
-    return exact
 
 
 # ----------------------------------------------------------------------------- GAE
@@ -94,8 +90,9 @@ class RLScanGAE(GeneralAdvantageEstimation):
     """
 
     def __init__(self, input_observation_space=None, input_action_space=None, *, gamma, lambda_, exact=False):
-        super().__init__(input_observation_space, input_action_space, gamma=gamma, lambda_=lambda_)
-        self.exact = _checked_exact(exact)
+        super().__init__(input_observation_space, input_action_space, gamma=check_unit_float("gamma", gamma),
+                         lambda_=check_unit_float("lambda_", lambda_))
+        self.exact = check_bool("exact", exact)
 
     def get_ctor_args_and_kwargs(self):
         # RLlib rebuilds pipeline pieces from these when it restores a checkpoint.
@@ -266,18 +263,42 @@ def vtrace_torch(
 
     Returns ``(vs, pg_advantages)``, detached, like RLlib's. The scan adds in another
     order than RLlib's loop, and ``pg`` is formed as ``ρ̄ᵖᵍ (r + d V_{t+1} − V) + ρ̄ᵖᵍ d (v−V)_{t+1}``:
-    equal to RLlib's to float32 rounding.
+    equal to RLlib's to float32 rounding. numpy arrays in give numpy arrays out, as
+    :func:`rlscan.vtrace` does; a threshold is a float, a one-element tensor or ``None`` (no clip).
     """
-    def clip(threshold):
-        return float("inf") if threshold is None else float(threshold)
-
-    log_rhos = (target_action_log_probs - behaviour_action_log_probs).detach()
+    # checked under RLlib's names, before rlscan.vtrace sees them under its own
+    call = Call("rewards", _detached(rewards), 0)
+    values = call.series("values", _detached(values), required=True)
+    target = call.series("target_action_log_probs", _detached(target_action_log_probs), required=True)
+    behaviour = call.series("behaviour_action_log_probs", _detached(behaviour_action_log_probs), required=True)
+    if bootstrap_values is None:
+        raise TypeError("bootstrap_values is required: one value per environment, got None")
+    bootstrap = call.batch("bootstrap_values", _detached(bootstrap_values))
+    discounts = call.coef("discounts", _detached(discounts))
     out = rlscan.vtrace(
-        rewards.detach(), values.detach(), log_rhos, bootstrap_value=bootstrap_values.detach(),
-        gamma=discounts.detach(), lmbda=1.0, rho_clip=clip(clip_rho_threshold), c_clip=1.0,
-        pg_rho_clip=clip(clip_pg_rho_threshold), exact=exact,
+        rewards if call.numpy_io else call.anchor, values, target - behaviour, bootstrap_value=bootstrap,
+        gamma=discounts.value if discounts.tensor is None else discounts.tensor, lmbda=1.0,
+        rho_clip=_threshold("clip_rho_threshold", clip_rho_threshold), c_clip=1.0,
+        pg_rho_clip=_threshold("clip_pg_rho_threshold", clip_pg_rho_threshold), exact=check_bool("exact", exact),
     )
     return out.vs, out.pg_advantages
+
+
+def _detached(x):
+    """A tensor without its graph; anything else as it is, for the checks to name."""
+    return x.detach() if isinstance(x, torch.Tensor) else x
+
+
+def _threshold(name: str, value) -> float:
+    """One of RLlib's ρ clips: a float, a one-element tensor, or ``None`` for no clip."""
+    if value is None:
+        return float("inf")
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a float or a one-element tensor, got a tensor of shape "
+                             f"{tuple(value.shape)}")
+        value = value.item()
+    return check_clip(name, value)
 
 
 _STOCK_VTRACE = _vtrace_module.vtrace_torch
@@ -346,15 +367,15 @@ def learner_class(base: type, *, exact: bool = False) -> type:
     subclass of them) whose GAE connector and V-trace run in rlscan.
 
     Use it where you name a learner class yourself:
-    ``config.training(learner_class=learner_class(MyPPOLearner, exact=True))``. Made once
+    ``config.learners(learner_class=learner_class(MyPPOLearner, exact=True))``. Made once
     per ``(base, exact)``; an rlscan learner class given as ``base`` is re-based on its
     RLlib class.
     """
-    exact = _checked_exact(exact)
+    exact = check_bool("exact", exact)
     base = getattr(base, "_rlscan_base", base)
     if not _supported(base):
         raise TypeError(
-            f"expected a torch learner class of PPO, IMPALA or APPO (a subclass of PPOLearner or "
+            f"base must be a torch learner class of PPO, IMPALA or APPO (a subclass of PPOLearner or "
             f"IMPALATorchLearner and of TorchLearner), got {base!r}"
         )
     key = (base, exact)
@@ -406,7 +427,7 @@ def patch(*, exact: bool = False) -> None:
             algorithms built afterwards.
     """
     global _patched_exact
-    _patched_exact = _checked_exact(exact)
+    _patched_exact = check_bool("exact", exact)
     AlgorithmConfig.learner_class = property(_patched_learner_class, doc=_STOCK_LEARNER_CLASS.__doc__)
 
 

@@ -28,6 +28,8 @@ import types
 
 import torch
 
+from rlscan._inputs import check_bool, type_name
+
 from ._rsl_rl_gae import returns_and_advantages
 
 try:
@@ -59,19 +61,13 @@ def _compute_returns(alg: PPO, obs) -> None:
     )
 
 
-def _check_exact(exact) -> bool:
-    if not isinstance(exact, bool):
-        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
-    return exact
-
-
 def _check_ppo(alg, caller: str) -> PPO:
     if isinstance(alg, PPO):
         return alg
     hint = ""
     if isinstance(getattr(alg, "alg", None), PPO):
         hint = f": pass the runner's algorithm, {caller}(runner.alg)"
-    raise TypeError(f"{caller} expects an rsl_rl.algorithms.PPO, got {type(alg).__name__}{hint}")
+    raise TypeError(f"{caller}: alg must be an rsl_rl.algorithms.PPO, got {type_name(alg)}{hint}")
 
 
 def is_enabled(alg) -> bool:
@@ -93,7 +89,7 @@ def enable_triton_gae(alg, exact: bool = False):
     Calling it again changes the mode. The switch lives on the object: ``alg.save()``
     stores only the models and optimiser, so a new runner needs the line again.
     """
-    exact = _check_exact(exact)
+    exact = check_bool("exact", exact)
     alg = _check_ppo(alg, "enable_triton_gae")
     if type(alg).compute_returns is not PPO.compute_returns:
         raise TypeError(

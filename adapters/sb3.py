@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 import rlscan
+from rlscan._inputs import check_bool
 
 try:
     from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
@@ -54,12 +55,6 @@ __all__ = [
 #: to 8192×4096 except one (2048×1024, 10% faster), so by default the GPU is never used;
 #: lower it where your machine's copies are faster (docs/adapters/sb3.md).
 GPU_MIN_ELEMENTS = 1 << 62
-
-
-def _checked_exact(exact) -> bool:
-    if not isinstance(exact, bool):
-        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
-    return exact
 
 
 def _compute_returns_and_advantage(buffer: RolloutBuffer, last_values: torch.Tensor, dones: np.ndarray) -> None:
@@ -101,7 +96,7 @@ def _subclass(base: type, name: str) -> type:
 
         def __init__(self, *args, exact: bool = False, **kwargs):
             super().__init__(*args, **kwargs)
-            self.rlscan_exact = _checked_exact(exact)
+            self.rlscan_exact = check_bool("exact", exact)
 
         def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
             _compute_returns_and_advantage(self, last_values, dones)
@@ -146,7 +141,7 @@ def __getattr__(name: str):
 
 def _check_base(base) -> None:
     if not (isinstance(base, type) and issubclass(base, RolloutBuffer)):
-        raise TypeError(f"expected a subclass of stable_baselines3's RolloutBuffer, got {base!r}")
+        raise TypeError(f"base must be a subclass of stable_baselines3's RolloutBuffer, got {base!r}")
     if base.compute_returns_and_advantage is not RolloutBuffer.compute_returns_and_advantage:
         raise TypeError(
             f"{base.__qualname__} overrides compute_returns_and_advantage; rlscan replaces SB3's own GAE "
@@ -204,7 +199,7 @@ def enable_triton_gae(model, *, exact: bool = False):
     loaded model needs ``enable_triton_gae`` again (or was built with
     ``rollout_buffer_class=TritonRolloutBuffer``, which is saved).
     """
-    exact = _checked_exact(exact)
+    exact = check_bool("exact", exact)
     buffer = _rollout_buffer(model, "enable_triton_gae")
     buffer.__class__ = triton_buffer_class(type(buffer))
     buffer.rlscan_exact = exact

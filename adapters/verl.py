@@ -47,6 +47,7 @@ See docs/adapters/verl.md.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import numbers
@@ -57,6 +58,9 @@ import torch
 
 import rlscan
 from rlscan import _cpu_rows
+from rlscan._call import Call
+from rlscan._inputs import type_name
+from rlscan.ops import _skip
 from rlscan.ops.discounted_returns import kept_returns
 
 from . import _verl_groups
@@ -90,13 +94,13 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
         exact: on the GPU, run the recurrence one step at a time in verl's order (the CPU
             path always does); default: as :func:`patch` set it (False).
     """
-    _check_tokens(token_level_rewards, response_mask, values=values)
+    _check_tokens(token_level_rewards, response_mask, values=values, mask_values=False)
     gamma, lam = _coef("gamma", gamma), _coef("lam", lam)
     # verl's products promote: a float64 mask makes the carries, and the results, float64
     dtype = _promoted(token_level_rewards, values, response_mask)
     if dtype == torch.float64 and token_level_rewards.dtype != torch.float64:
         token_level_rewards = token_level_rewards.double()  # a rare input: the float64 compute from a copy
-    with torch.no_grad():
+    with torch.no_grad(), _as_verl_names():
         adv, ret = rlscan.gae(token_level_rewards, values, mask=response_mask, whiten=True, gamma=gamma, lmbda=lam,
                               time_dim=-1, exact=_mode(exact), out_dtype=dtype)
     return adv, ret
@@ -108,11 +112,11 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     ``γ`` is ``config.gamma`` (``config["gamma"]``). Other keyword arguments are accepted and
     ignored, as verl does."""
     _check_release_if_installed()
-    _check_tokens(token_level_rewards, response_mask)
+    _check_tokens(token_level_rewards, response_mask, mask_values=False)
     gamma = _coef("config.gamma", _config_value(config, "gamma", "compute_reinforce_plus_plus_outcome_advantage"))
     # verl's running return is the product with the mask: float64 with a float64 mask
     wide = response_mask.dtype == torch.float64
-    with torch.no_grad():
+    with torch.no_grad(), _as_verl_names():
         advantages, returns = kept_returns.returns_and_advantages(
             token_level_rewards, response_mask, gamma, time_dim=-1, exact=_mode(exact),
             compute_dtype=torch.float64 if wide else None)
@@ -279,19 +283,27 @@ def _check_bool(name: str, x) -> None:
         raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
 
 
-def _check_tokens(rewards, mask, values=None) -> None:
-    """verl's names in the errors (rlscan's own checks follow)."""
+def _check_tokens(rewards, mask, values=None, mask_values: bool = True) -> None:
+    """The arguments checked under verl's names, before rlscan checks them under its own.
+    ``mask_values=False``: the mask's 0/1 values are left to the scan, which checks them as it
+    reads the mask (:func:`_as_verl_names` gives its error verl's name)."""
     for name, x in (("token_level_rewards", rewards), ("values", values), ("response_mask", mask)):
-        if x is not None and not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if rewards.dtype not in _FLOATS:
-        raise TypeError(f"token_level_rewards must be a floating tensor, got {rewards.dtype}")
-    if rewards.dim() < 1:
-        raise ValueError("token_level_rewards must have a response_length axis, got a 0-d tensor")
-    for name, x in (("values", values), ("response_mask", mask)):
-        if x is not None and x.shape != rewards.shape:
-            raise ValueError(f"{name} must have the shape of token_level_rewards, {tuple(rewards.shape)}, "
-                             f"got {tuple(x.shape)}")
+        if (x is not None or name != "values") and not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type_name(x)}")
+    call = Call("token_level_rewards", rewards, -1)
+    call.series("values", values)
+    _skip.check_mask(call, "verl", mask, None, None, values=mask_values, argument="response_mask")
+
+
+@contextlib.contextmanager
+def _as_verl_names():
+    """rlscan's error about the values of its ``mask``, under verl's name for it."""
+    try:
+        yield
+    except ValueError as exc:
+        if str(exc).startswith("mask must hold only 0 and 1"):
+            raise ValueError("response_mask" + str(exc)[len("mask"):]) from None
+        raise
 
 
 def _promoted(*tensors) -> torch.dtype:
@@ -308,7 +320,7 @@ def _coef(name: str, value) -> float:
             raise ValueError(f"{name} must be a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float or a 0-d tensor, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a float or a 0-d tensor, got {type_name(value)}")
     value = float(value)
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must lie in [0, 1], got {value}")

@@ -3,6 +3,7 @@
 Every op is one first-order linear recurrence ``A_t = α_t + β_t · A_{t±1}``; see
 docs/semantics.md for the equations and docs/api.md for the calls.
 """
+from . import reference
 from ._backend import get_backend, set_backend, use_backend
 from .ops.discounted_returns import discounted_returns
 from .ops.eligibility_traces import eligibility_traces
@@ -33,5 +34,6 @@ __all__ = [
     "get_backend",
     "set_backend",
     "use_backend",
+    "reference",
     "__version__",
 ]

@@ -30,6 +30,7 @@ import torch
 from . import _backend, _fast, _library
 from ._autograd import with_fused_backward
 from ._inputs import (
+    check_bool,
     check_device,
     check_flag,
     check_float,
@@ -38,6 +39,7 @@ from ._inputs import (
     normalise_time_dim,
     plan_layout,
     to_tensor,
+    type_name,
 )
 from ._spec import OpSpec, grid_view, kernel_strides, tensor_signature, triton_only
 from ._triton import launch as _launch
@@ -81,8 +83,8 @@ class Call:
 
     # -- arguments ---------------------------------------------------------------------
 
-    def _tensor(self, name: str, x, written: bool = False) -> torch.Tensor:
-        t, was_numpy = to_tensor(name, x, written=written)
+    def _tensor(self, name: str, x) -> torch.Tensor:
+        t, was_numpy = to_tensor(name, x)
         check_device(name, t, self.device, self.anchor_name)
         if was_numpy:
             self.origins[id(t)] = x
@@ -169,7 +171,7 @@ class Call:
             check_unit_interval(name, value)
             return Coef(value, None)
         if not isinstance(value, (torch.Tensor, np.ndarray)):
-            raise TypeError(f"{name} must be a float or a tensor, got {type(value).__name__}")
+            raise TypeError(f"{name} must be a float or a tensor, got {type_name(value)}")
         x = self._tensor(name, value)
         check_float(name, x)
         try:
@@ -209,21 +211,26 @@ class Call:
         return tuple(outs)
 
     def given_outputs(self, out, n: int, tensors: tuple) -> tuple:
-        """Check ``out=``: ``n`` floating tensors (or arrays) of the anchor's shape, on its
-        device, that overlap neither each other nor any input."""
-        outs = (out,) if n == 1 and not isinstance(out, (tuple, list)) else tuple(out) if isinstance(out, (tuple, list)) else None
-        if outs is None or len(outs) != n:
-            raise TypeError(f"out must be {'a tensor' if n == 1 else f'a tuple of {n} tensors'}, got {type(out).__name__}")
+        """Check ``out=``: ``n`` floating tensors (or writeable arrays) of the anchor's shape,
+        on its device, that overlap neither each other nor any input."""
+        outs = passed_outputs(out, n)
+        if outs is None:
+            raise TypeError(f"out must be {'a tensor' if n == 1 else f'a tuple of {n} tensors'}, got {type_name(out)}")
         checked = []
         for k, o in enumerate(outs):
             name = "out" if n == 1 else f"out[{k}]"
-            o = self._tensor(name, o, written=True)
+            if isinstance(o, np.ndarray) and not o.flags.writeable:
+                raise ValueError(f"{name} is a read-only numpy array: rlscan writes its outputs there")
+            o = self._tensor(name, o)
             check_float(name, o)
             check_shape(name, o, self.shape, self.anchor_name)
             if self.out_dtype is not None and o.dtype != self.out_dtype:
                 raise TypeError(f"{name} has dtype {o.dtype} but out_dtype is {self.out_dtype}")
             if any(s == 0 and n > 1 for n, s in zip(o.shape, o.stride())):
                 raise ValueError(f"{name} overlaps itself: its elements share memory (a broadcast view); it needs one place per output")
+            if o.requires_grad and torch.is_grad_enabled():
+                raise ValueError(f"{name} requires grad: autograd cannot follow a write into out= (pass a tensor "
+                                 "that does not require grad, or leave out= out)")
             checked.append(o)
         others = [t for t in tensors if t is not None]
         for k, o in enumerate(checked):
@@ -237,8 +244,7 @@ class Call:
     def run(self, op: OpSpec, tensors: tuple, scalars: tuple = (), *, exact: bool = False, out=None) -> tuple:
         """Compute ``op`` on the checked ``tensors`` (in ``op.inputs`` order) and ``scalars``,
         into ``out`` when given."""
-        if not isinstance(exact, bool):
-            raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
+        exact = check_bool("exact", exact)
         outs = None
         if out is not None:
             outs = self.given_outputs(out, op.n_out, tensors)
@@ -250,7 +256,7 @@ class Call:
                 # empty outputs, but part of the graph, so backward() works (with empty gradients)
                 link = sum(t.sum() * 0 for t in tensors if t is not None and t.requires_grad)
                 outs = tuple(o + link.to(o.dtype) for o in outs)
-            return self.finish(outs)
+            return self.finish(outs) if out is None else passed_outputs(out, op.n_out)
         if needs_grad:
             if outs is not None:
                 raise ValueError("out= cannot be used when an input requires grad (autograd needs fresh outputs)")
@@ -272,7 +278,7 @@ class Call:
             return outs
         if outs is not None:
             self.compute(op, tensors, scalars, outs, exact)
-            return self.finish(outs)
+            return passed_outputs(out, op.n_out)  # what was passed, as torch's out= returns it
         outs = self.new_outputs(op.n_out)
         runner = self.compute(op, tensors, scalars, outs, exact)
         _fast.record(self, tensors, scalars, outs, runner)
@@ -352,6 +358,14 @@ class Call:
             )
             sub.anchor = self.anchor.select(d, i)
             sub.compute(op, picked, scalars, tuple(None if o is None else o.select(d, i) for o in outs), exact, path)
+
+
+def passed_outputs(out, n: int) -> Optional[tuple]:
+    """``out=`` of an op with ``n`` outputs as a tuple of what was passed (``None`` when it is
+    neither one output nor a tuple or list of ``n``)."""
+    if isinstance(out, (tuple, list)):
+        return tuple(out) if len(out) == n else None
+    return (out,) if n == 1 else None
 
 
 def _cpu_copy(x: torch.Tensor) -> torch.Tensor:

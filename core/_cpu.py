@@ -191,6 +191,14 @@ def step_ends(term, trunc, t, i, j, last_step, zero, one):
     return nu, kappa
 
 
+@_step_helper
+def nan_where_unbounded(x, factor):
+    """``x`` where ``factor`` is finite, NaN where it is ±inf or NaN: ``α_t`` with ``β_t``
+    (docs/semantics.md, "Numbers"; the kernels' ``primitives.nan_where_unbounded``)."""
+    gap = factor - factor  # 0 where finite, NaN where not
+    return x if gap == 0 else gap
+
+
 def step_exp(x):
     """``exp(x)`` at one element, in ``x``'s dtype. Under numba, float32 runs
     :func:`_exp_float32`, which the loop vectoriser turns into SIMD instructions; float64

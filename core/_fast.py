@@ -43,7 +43,9 @@ class _Uncacheable(Exception):
 def _value_key(v):
     kind = type(v)
     if kind is torch.Tensor:
-        return v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() & 15, v.requires_grad
+        # get_device() is -1 off CUDA: a tensor without storage (meta) is told apart by its device
+        at = v.data_ptr()
+        return v.shape, v.stride(), v.dtype, v.get_device(), at & 15 if at else v.device, v.requires_grad
     if v is None or kind in (float, int, bool, str, torch.dtype):
         return kind, v
     if kind is np.ndarray:
@@ -205,7 +207,7 @@ def fast_path(fn):
         try:
             key = (fn, tuple(kwargs), tuple(map(_value_key, arguments)), _backend.get_backend(),
                    torch.is_grad_enabled(), _launch.settings_key())
-        except _Uncacheable:
+        except (_Uncacheable, RuntimeError):  # RuntimeError: a tensor without strides or storage (sparse)
             return fn(*args, **kwargs)
         entry = _CACHE.get(key)
         if entry is _CHECKED_PATH:

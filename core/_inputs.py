@@ -106,12 +106,28 @@ def plan_layout(shape: torch.Size, time_dim: int, full: Sequence[torch.Tensor], 
 # ----------------------------------------------------------------------------- checks
 
 
-def to_tensor(name: str, x, *, written: bool = False):
-    """``(tensor, was_numpy)``; numpy arrays are wrapped without a copy. ``written``: the
-    argument is an output (``out=``), not only read."""
+def type_name(x) -> str:
+    """The type of ``x`` as an error message names it: a builtin by its name, any other type
+    with its package (``torch.Tensor``, ``numpy.bool_``: numpy 2 names its bool type ``bool``)."""
+    kind = type(x)
+    if kind.__module__ == "builtins":
+        return kind.__name__
+    if kind is np.bool_:
+        return "numpy.bool_"
+    return f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+
+
+def to_tensor(name: str, x):
+    """``(tensor, was_numpy)``; numpy arrays are wrapped without a copy."""
     if isinstance(x, torch.Tensor):
+        check_dense(name, x)
         return x, False
     if isinstance(x, np.ndarray):
+        if isinstance(x, np.ma.MaskedArray):
+            raise TypeError(
+                f"{name} is a numpy masked array, whose mask rlscan would not see: pass {name}.data, "
+                f"or {name}.filled(value), and the mask as mask= where the op takes one"
+            )
         if not x.dtype.isnative:
             raise ValueError(
                 f"{name} has non-native byte order ({x.dtype.str}); convert it first, "
@@ -124,14 +140,34 @@ def to_tensor(name: str, x, *, written: bool = False):
                 f"{name} is a numpy view with negative strides (a reversed view), which torch cannot "
                 f"wrap without a copy; pass np.ascontiguousarray({name})"
             )
-        if not x.flags.writeable and not written:
-            # read-only arrays (np.broadcast_to's flags, say) are only read: torch's warning that
-            # writing to the tensor would be undefined is not the caller's concern
+        if not x.flags.writeable:
+            # torch warns that it cannot protect the array; an input is only read (out= refuses one)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
                 return torch.from_numpy(x), True
         return torch.from_numpy(x), True
-    raise TypeError(f"{name} must be a torch.Tensor or a numpy array, got {type(x).__name__}")
+    raise TypeError(f"{name} must be a torch.Tensor or a numpy array, got {type_name(x)}")
+
+
+def check_dense(name: str, x: torch.Tensor) -> None:
+    """A tensor that rlscan reads through its storage and strides: dense, neither nested nor masked."""
+    if x.layout is not torch.strided or x.is_nested:
+        what = "a nested" if x.is_nested else f"a {str(x.layout).replace('torch.', '')}"
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {what} tensor; pass {name}.to_dense()")
+    if isinstance(x, torch.masked.MaskedTensor):
+        raise TypeError(
+            f"{name} is a torch.masked.MaskedTensor, whose mask rlscan would not see: pass its data "
+            f"({name}.get_data()), and the mask as mask= where the op takes one"
+        )
+
+
+def check_bool(name: str, value) -> bool:
+    """A switch: a bool, or numpy's bool."""
+    if type(value) is bool:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type_name(value)}")
 
 
 def check_float(name: str, x: torch.Tensor) -> None:
@@ -163,7 +199,7 @@ def normalise_time_dim(time_dim, ndim: int, anchor: str) -> int:
     if type(time_dim) is int and 0 <= time_dim < ndim:
         return time_dim
     if isinstance(time_dim, bool) or not isinstance(time_dim, numbers.Integral):
-        raise TypeError(f"time_dim must be an int, got {type(time_dim).__name__}")
+        raise TypeError(f"time_dim must be an int, got {type_name(time_dim)}")
     if ndim == 0:
         raise ValueError(f"{anchor} must have a time dimension, got a 0-d tensor")
     if not -ndim <= time_dim < ndim:
@@ -176,9 +212,18 @@ def check_unit_interval(name: str, value: float) -> None:
         raise ValueError(f"{name} must lie in [0, 1], got {value}")
 
 
+def check_unit_float(name: str, value) -> float:
+    """A float in [0, 1] (a discount, a λ), as a Python float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type_name(value)}")
+    value = float(value)
+    check_unit_interval(name, value)
+    return value
+
+
 def check_clip(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a float, got {type_name(value)}")
     value = float(value)
     if not value >= 0.0:  # also false for NaN
         raise ValueError(f"{name} must be >= 0 (float('inf') disables the clip), got {value}")

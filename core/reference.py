@@ -1,19 +1,68 @@
-"""Float64 reference implementations of every op, written straight from docs/semantics.md.
+"""Float64 reference implementations of every op and of ``masked_whiten``, written straight
+from docs/semantics.md.
 
-Each is a plain loop over time, vectorised over environments, computed in float64 on
+Each op's is a plain loop over time, vectorised over environments, computed in float64 on
 the CPU; each returns float64 CPU tensors. They take the same arguments as the ops
-(without ``exact`` and ``out_dtype``).
+(without ``exact``, ``out_dtype`` and ``out``).
 """
-from .ops.discounted_returns.reference import discounted_returns
-from .ops.eligibility_traces.reference import eligibility_traces
-from .ops.episodic_cumsum.reference import episodic_cumsum
-from .ops.gae.reference import gae
-from .ops.linear_scan.reference import linear_scan
-from .ops.retrace.reference import retrace, retrace_from_q
-from .ops.td_lambda.reference import td_lambda
-from .ops.vtrace.reference import vtrace
+import functools
+
+import numpy as np
+import torch
+
+from ._reference import as_f64
+from .ops.discounted_returns import reference as _discounted_returns
+from .ops.eligibility_traces import reference as _eligibility_traces
+from .ops.episodic_cumsum import reference as _episodic_cumsum
+from .ops.gae import reference as _gae
+from .ops.linear_scan import reference as _linear_scan
+from .ops.retrace import reference as _retrace
+from .ops.td_lambda import reference as _td_lambda
+from .ops.vtrace import reference as _vtrace
+
+
+def _quiet(fn):
+    """``fn`` without numpy's warnings about NaN and infinity, which propagate as docs/semantics.md
+    ("Numbers") says, as they do in the ops."""
+    @functools.wraps(fn)
+    def reference(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return reference
+
+
+gae = _quiet(_gae.gae)
+td_lambda = _quiet(_td_lambda.td_lambda)
+discounted_returns = _quiet(_discounted_returns.discounted_returns)
+vtrace = _quiet(_vtrace.vtrace)
+retrace = _quiet(_retrace.retrace)
+retrace_from_q = _quiet(_retrace.retrace_from_q)
+eligibility_traces = _quiet(_eligibility_traces.eligibility_traces)
+episodic_cumsum = _quiet(_episodic_cumsum.episodic_cumsum)
+linear_scan = _quiet(_linear_scan.linear_scan)
+
+
+@_quiet
+def masked_whiten(values, mask, *, shift_mean=True, eps=1e-8, zero_skipped=False):
+    """docs/semantics.md, "Masked whitening": the kept positions' mean and Bessel-corrected
+    variance, in float64, applied to every position."""
+    x = as_f64(values)
+    keep = as_f64(mask) != 0
+    n = int(keep.sum())
+    if n < 2:
+        raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {n}")
+    mean = x[keep].sum() / n
+    var = ((x[keep] - mean) ** 2).sum() / (n - 1)
+    out = (x - mean) / np.sqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    if zero_skipped:
+        out = np.where(keep, out, 0.0)
+    return torch.from_numpy(out)
+
 
 __all__ = [
     "gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
-    "eligibility_traces", "episodic_cumsum", "linear_scan",
+    "eligibility_traces", "episodic_cumsum", "linear_scan", "masked_whiten",
 ]

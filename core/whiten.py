@@ -13,12 +13,14 @@ the device.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
 
 import torch
 
 from . import _backend
-from ._inputs import check_device, check_float, check_shape, to_tensor
+from ._inputs import check_bool, check_device, check_float, check_shape, to_tensor, type_name
 from .ops._skip import MASK_DTYPES
 
 _warned = []
@@ -34,7 +36,7 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
         values: a floating tensor (or numpy array), any shape.
         mask: bool, integer or 0/1 floating values of ``values``' shape.
         shift_mean: False adds ``μ`` back (only the spread is normalised).
-        eps: added to the variance under the square root.
+        eps: added to the variance under the square root: a finite float >= 0.
         zero_skipped: set the positions where ``mask`` is 0 to 0 (REINFORCE++'s
             advantages, ``masked_whiten(G, m) · m``), in the same pass.
 
@@ -52,11 +54,13 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
     if m.dtype not in MASK_DTYPES:
         raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values, got {m.dtype}")
     check_shape("mask", m, x.shape, "values")
-    if not isinstance(shift_mean, bool):
-        raise TypeError(f"shift_mean must be a bool, got {type(shift_mean).__name__}")
-    if not isinstance(zero_skipped, bool):
-        raise TypeError(f"zero_skipped must be a bool, got {type(zero_skipped).__name__}")
+    shift_mean = check_bool("shift_mean", shift_mean)
+    zero_skipped = check_bool("zero_skipped", zero_skipped)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a float, got {type_name(eps)}")
     eps = float(eps)
+    if not 0.0 <= eps < math.inf:  # also false for NaN
+        raise ValueError(f"eps must be a finite float >= 0, got {eps}")
     if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
         return _torch_form(x, m, shift_mean, eps, zero_skipped, check=False)
     if m.dtype != torch.bool and m.device.type == "cpu" and m.numel() and not bool(((m == 0) | (m == 1)).all()):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import collections
 import functools
+import pathlib
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
@@ -376,6 +378,63 @@ def bitwise_equal(a, b) -> bool:
         return False
     ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
     return bool(torch.equal(a.contiguous().view(ints), b.contiguous().view(ints)))
+
+
+# ----------------------------------------------------------------------------- docs/errors.md
+
+ERRORS_MD = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+KNOWN_GAPS = "Known gaps"
+
+
+class ErrorRow(NamedTuple):
+    """A row of docs/errors.md: a bad input, the argument it is given to, the error and a pattern
+    of its message (``…`` stands for any text); the section's arguments (``None``: every one)."""
+
+    id: str
+    argument: str
+    exception: str
+    pattern: str
+    known_gap: bool
+    section_arguments: Optional[frozenset]
+
+    def matches(self, message: str) -> bool:
+        return re.search(".*?".join(map(re.escape, self.pattern.split("…"))), message, re.S) is not None
+
+    def covers(self, argument: str) -> bool:
+        """Whether the row is about ``argument`` (by name, or its section's)."""
+        base = lambda name: name.split("[")[0]  # noqa: E731 - out[1] is out
+        names = {base(self.argument)} | set(map(base, self.section_arguments or ()))
+        return self.section_arguments is None or base(argument) in names
+
+
+def read_errors(path=ERRORS_MD) -> list:
+    """The rows of docs/errors.md's tables. A section's heading names its arguments in backticks;
+    a heading that names none ("Every tensor or array argument") is about every argument."""
+    rows, section, arguments = [], None, None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+            named = frozenset(re.findall(r"`([^`]+)`", section))
+            arguments = named or None
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert len(cells) == 5, f"errors.md: a row needs 5 cells: {line}"
+        case_id, _, argument, exception, pattern = (c.strip("`") for c in cells)
+        rows.append(ErrorRow(case_id, argument, exception, pattern, section == KNOWN_GAPS, arguments))
+    return rows
+
+
+def documented(argument: str, exception: str, message: str) -> bool:
+    """Whether docs/errors.md lists the error that ``argument`` got: a row about it, of that
+    exception, whose pattern the message matches."""
+    return any(row.exception == exception and row.covers(argument) and row.matches(message) and not row.known_gap
+               for row in _error_rows())
+
+
+@functools.lru_cache(maxsize=None)
+def _error_rows() -> tuple:
+    return tuple(read_errors())
 
 
 # ----------------------------------------------------------------------------- fuzzing statistics

@@ -1,40 +1,23 @@
 """Bad inputs get the error docs/errors.md lists for them.
 
-The doc is the source of truth: its tables are parsed here, every row must have a
-case below (and every case a row), and each case must raise the row's exception with
-a message that names the row's argument and contains its fragment."""
+The doc is the source of truth: its tables are parsed here (``rlscan_testing.read_errors``),
+every row must have a case below (and every case a row), and each case must raise the row's
+exception with a message that names the row's argument and matches its pattern."""
+import importlib
 import os
-import pathlib
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 import rlscan
+from rlscan_testing import read_errors
 
-ERRORS_MD = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
-KNOWN_GAPS = "Known gaps"
-
-
-def read_table(path=ERRORS_MD):
-    """``[(id, argument, exception, fragment, known_gap)]`` from the doc's tables."""
-    rows, section = [], None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("## "):
-            section = line[3:].strip()
-        if not line.startswith("| `"):
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        assert len(cells) == 5, f"errors.md: a row needs 5 cells: {line}"
-        case_id, _, argument, exception, fragment = (c.strip("`") for c in cells)
-        rows.append((case_id, argument, exception, fragment, section == KNOWN_GAPS))
-    return rows
-
-
-ROWS = read_table()
+ROWS = read_errors()
 
 T, N = 5, 3
 
@@ -225,12 +208,90 @@ CASES = {
     "set-backend-none": lambda: rlscan.set_backend(None),
     "use-backend-unknown": lambda: _under("cuda", lambda: None),
     "env-backend-unknown": lambda: in_subprocess("import rlscan", RLSCAN_BACKEND="gpu"),
-    # known gaps
     "numpy-negative-strides": lambda: rlscan.discounted_returns(np.ones((T, N), np.float32)[::-1]),
+    # known gaps
+    "functorch-transform": lambda: torch.func.grad(lambda x: rlscan.discounted_returns(x).sum())(r()),
     "out-overlaps-itself": lambda: rlscan.episodic_cumsum(r(), dones=None, out=torch.empty(1, N).expand(T, N)),
     "auto-backend-other-device": lambda: _under("auto", lambda: gae(meta(r()), meta(r()),
                                                                     bootstrap_value=meta(boot()))),
+    # every tensor or array argument
+    "values-none": lambda: rlscan.gae(r(), None, bootstrap_value=boot()),
+    "sparse": lambda: gae(rewards=r().to_sparse()),
+    "nested": lambda: gae(values=_prototype(torch.nested.nested_tensor, [r()])),
+    "masked-tensor": lambda: gae(values=_prototype(torch.masked.masked_tensor, r(), flags() | True)),
+    "numpy-masked": lambda: rlscan.discounted_returns(np.ma.masked_array(np.ones((T, N), np.float32))),
+    "device": lambda: gae(rewards=meta(r())),
+    "rewards-fewer-axes": lambda: rlscan.gae(f32(N), f32(N), bootstrap_value=boot(), time_dim=1),
+    "time-dim-str": lambda: gae(time_dim="0"),
+    "gamma-inf": lambda: gae(gamma=float("inf")),
+    "gamma-numpy-bool": lambda: gae(gamma=np.bool_(True)),
+    "cleanrl-gamma-tensor": lambda: _cleanrl(gae_lambda=torch.tensor(0.95)),
+    "rllib-lambda-above-one": lambda: _adapter("rllib", "ray").RLScanGAE(gamma=0.99, lambda_=1.5),
+    "verl-lam-str": lambda: _verl(lam="0.95"),
+    "verl-gamma-vector": lambda: _verl(gamma=torch.tensor([0.9, 0.9])),
+    "rllib-discounts-above-one": lambda: _vtrace_torch(discounts=with_element(1.5)),
+    "rllib-threshold-vector": lambda: _vtrace_torch(clip_rho_threshold=torch.ones(2)),
+    "rllib-bootstrap-none": lambda: _vtrace_torch(bootstrap_values=None),
+    "actions-float": lambda: rlscan.retrace_from_q(r(), f32(T, N, 3), torch.zeros(T, N), torch.full((T, N, 3), 1 / 3),
+                                                   r(), bootstrap_value=boot()),
+    "actions-out-of-range": lambda: rlscan.retrace_from_q(r(), f32(T, N, 3), torch.full((T, N), 3),
+                                                          torch.full((T, N, 3), 1 / 3), r(), bootstrap_value=boot()),
+    "verl-mask-values": lambda: _verl(response_mask=torch.full((T, N), 0.5)),
+    "out-read-only": lambda: rlscan.discounted_returns(np.ones((T, N), np.float32),
+                                                       out=_read_only(np.zeros((T, N), np.float32))),
+    "out-requires-grad": lambda: rlscan.discounted_returns(r(), out=f32(T, N).requires_grad_()),
+    "shift-mean-float": lambda: rlscan.masked_whiten(r(), torch.ones(T, N), shift_mean=1.0),
+    "eps-negative": lambda: rlscan.masked_whiten(r(), torch.ones(T, N), eps=-1.0),
+    "eps-nan": lambda: rlscan.masked_whiten(r(), torch.ones(T, N), eps=float("nan")),
+    "eps-str": lambda: rlscan.masked_whiten(r(), torch.ones(T, N), eps="1e-8"),
+    # adapters
+    "cleanrl-numpy": lambda: _cleanrl(rewards=np.ones((T, N), np.float32)),
+    "cleanrl-rewards-1d": lambda: _cleanrl(rewards=f32(T)),
+    "cleanrl-next-value-shape": lambda: _cleanrl(next_value=f32(N, 1)),
+    "cleanrl-next-done-shape": lambda: _cleanrl(next_done=flags(1, N)),
+    "cleanrl-dones-without-next-done": lambda: _cleanrl(next_done=None),
+    "verl-rewards-numpy": lambda: _verl(token_level_rewards=np.ones((T, N), np.float32)),
+    "sb3-model": lambda: _adapter("sb3", "stable_baselines3").enable_triton_gae("PPO"),
+    "sb3-base": lambda: _adapter("sb3", "stable_baselines3").triton_buffer_class(dict),
+    "rsl-rl-alg": lambda: _adapter("rsl_rl", "rsl_rl").enable_triton_gae("PPO"),
+    "rllib-learner-base": lambda: _adapter("rllib", "ray").learner_class(dict),
 }
+
+
+def _adapter(name: str, framework: str):
+    """An adapter's module, once its framework is there (the row is skipped without it)."""
+    pytest.importorskip(framework)
+    return importlib.import_module(f"rlscan.adapters.{name}")
+
+
+def _prototype(make, *args):
+    """A nested or masked tensor, without torch's warning that their API is a prototype."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make(*args)
+
+
+def _read_only(x):
+    x.flags.writeable = False
+    return x
+
+
+def _vtrace_torch(**changes):
+    args = dict(target_action_log_probs=r(), behaviour_action_log_probs=r(), discounts=torch.full((T, N), 0.9),
+                rewards=r(), values=r(), bootstrap_values=boot())
+    return _adapter("rllib", "ray").vtrace_torch(**{**args, **changes})
+
+
+def _cleanrl(**changes):
+    args = dict(rewards=r(), values=r(), dones=flags(), next_value=f32(1, N), next_done=flags(N), gamma=0.99,
+                gae_lambda=0.95)
+    return importlib.import_module("rlscan.adapters.cleanrl").gae(**{**args, **changes})
+
+
+def _verl(**changes):
+    args = dict(token_level_rewards=r(), values=r(), response_mask=torch.ones(T, N, dtype=torch.int64), gamma=1.0,
+                lam=0.95)
+    return importlib.import_module("rlscan.adapters.verl").compute_gae_advantage_return(**{**args, **changes})
 
 
 def _under(backend, fn):
@@ -242,7 +303,7 @@ EXCEPTIONS = {"ValueError": ValueError, "TypeError": TypeError}
 
 
 def test_doc_and_cases_agree():
-    ids = [row[0] for row in ROWS]
+    ids = [row.id for row in ROWS]
     assert len(ids) == len(set(ids)), "errors.md: duplicate ids"
     assert set(ids) == set(CASES), (
         f"in errors.md but not tested: {sorted(set(ids) - set(CASES))}; "
@@ -251,26 +312,28 @@ def test_doc_and_cases_agree():
 
 
 def _param(row):
-    case_id, _, _, _, known_gap = row
-    marks = [pytest.mark.xfail(strict=True, reason="known gap (docs/errors.md)")] if known_gap else []
-    return pytest.param(row, id=case_id, marks=marks)
+    marks = [pytest.mark.xfail(strict=True, reason="known gap (docs/errors.md)")] if row.known_gap else []
+    return pytest.param(row, id=row.id, marks=marks)
 
 
 @pytest.mark.parametrize("row", [_param(row) for row in ROWS])
 def test_bad_input(row):
-    case_id, argument, exception, fragment, _ = row
-    with pytest.raises(EXCEPTIONS[exception]) as caught:
-        CASES[case_id]()
+    with pytest.raises(EXCEPTIONS[row.exception]) as caught:
+        CASES[row.id]()
     message = str(caught.value)
-    assert argument in message, f"the message does not name {argument}: {message!r}"
-    assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert row.argument in message, f"the message does not name {row.argument}: {message!r}"
+    assert row.matches(message), f"{row.pattern!r} does not match {message!r}"
 
 
 def test_table_is_parsed():
     """The parser sees every section's rows (a doc edit that breaks the table format fails here)."""
-    sections = {row[2] for row in ROWS}
-    assert sections == {"ValueError", "TypeError"}
-    assert len(ROWS) > 60
+    assert {row.exception for row in ROWS} == {"ValueError", "TypeError"}
+    assert len(ROWS) > 100
+    assert any(row.section_arguments is None for row in ROWS)  # every tensor argument's section
+    assert all(row.covers(row.argument) for row in ROWS)
+    values_shape = next(row for row in ROWS if row.id == "values-shape")
+    assert values_shape.matches("values must have the shape of rewards, (5, 3), got (3, 3)")
+    assert not values_shape.matches("values must have a shape")
 
 
 # ----------------------------------------------------------------------------- accepted inputs
@@ -292,12 +355,13 @@ def test_non_binary_flags_count_as_set(path, flag_value):
     torch.testing.assert_close(got, rlscan.episodic_cumsum(rewards, dones=where), rtol=0, atol=0)
 
 
-@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 def test_read_only_numpy_is_read():
+    """In place and without torch's warning that it cannot protect the array (rlscan only reads it)."""
     base = np.arange(T, dtype=np.float32)[:, None]
     rewards = np.broadcast_to(base, (T, N))
     assert not rewards.flags.writeable
-    with rlscan.use_backend("cpu"):
+    with rlscan.use_backend("cpu"), warnings.catch_warnings():
+        warnings.simplefilter("error")
         out = rlscan.discounted_returns(rewards, gamma=1.0)
     np.testing.assert_array_equal(out, np.broadcast_to(np.cumsum(base[::-1], 0)[::-1], (T, N)))
 

@@ -29,7 +29,6 @@ import torch
 import rlscan
 import rlscan.reference
 from rlscan import _call, _cpu, _fast
-from rlscan.bench import verl_loops
 from rlscan_testing import assert_close, bitwise_equal, path_for, place
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -49,11 +48,11 @@ BATCH_NAMES = ("bootstrap_value", "initial")
 
 def _whitened_gae(*args, mask, whiten, **kwargs):
     adv, ret = rlscan.reference.gae(*args, mask=mask, **kwargs)
-    return verl_loops.masked_whiten(adv, (mask != 0).double()), ret
+    return rlscan.reference.masked_whiten(adv, mask), ret
 
 
 def _whitened(values, mask):
-    return verl_loops.masked_whiten(values.double(), (mask != 0).double())
+    return rlscan.reference.masked_whiten(values, mask)
 
 
 def make_case(op: str, layout: str, N: int, T: int, dtype=torch.float32, seed: int = 0) -> op_cases.Case:
@@ -721,7 +720,7 @@ def test_cleanrl_and_verl_entry_points(fresh):
     want = rlscan.reference.gae(rewards, values, bootstrap_value=next_value,
                                 terminated=torch.cat([dones[1:], next_done[None]]), gamma=0.99, lmbda=0.95)
     mask = torch.rand(N, T, generator=gen) < 0.7
-    verl_want = verl_loops.gae(rewards.T.double(), values.T.double(), mask.double(), 0.99, 0.95)
+    verl_want = _whitened_gae(rewards.T, values.T, mask=mask, whiten=True, gamma=0.99, lmbda=0.95, time_dim=1)
     first = None
     for _ in range(3):
         got = tuple(cleanrl.gae(rewards, values, dones, next_value, next_done, 0.99, 0.95))

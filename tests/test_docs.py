@@ -1,4 +1,5 @@
-"""The user's documentation holds together: links resolve, pages stay short, numbers match the data.
+"""The user's documentation holds together: links resolve, pages stay short, numbers match the
+data, and every example and command runs as written.
 
 * every relative link in README.md and docs/**/*.md names a file that exists, and an
   anchor (``page.md#heading``) names a heading of that page (GitHub's slugs);
@@ -8,17 +9,32 @@
 * every number of the README's headline table is that JSON's, to the digits printed;
 * each card's section of docs/records.md is what ``tools/gpu_record.py``'s ``render`` makes of
   its docs/record-<card>.json.
+* every Python block runs, on the small inputs ``tests/doc_examples.py`` gives the names it
+  uses (skipped, with the reason, where it needs a framework or a GPU that is missing); a
+  block of signatures (docs/api.md) is the functions' signatures;
+* every ``rlscan ...`` and ``python tools/...`` command runs: ``rlscan bench`` cut to its
+  smallest run, a synopsis or a run too long for CI read as its ``--help`` (every option it
+  names must be there), and a GPU tool on a machine without one must say so in a line.
 
 After a new ``rlscan bench --e2e --out bench-out`` run on the card, copy its bench.json
 and bench.png to docs/bench-h200.{json,png} and rewrite the tables::
 
     python tests/test_docs.py --write
 """
+import inspect
 import json
 import math
+import os
 import pathlib
 import re
+import shlex
+import subprocess
 import sys
+
+import pytest
+import torch
+
+import doc_examples
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -429,6 +445,227 @@ def test_numbers_reads_units_and_precision():
     assert numbers("×4,080") == [(4080.0, 1.0)]
     assert numbers("1.05 ms") == [(pytest.approx(1050.0), pytest.approx(10.0))]
     assert numbers("50.3 µs") == [(50.3, pytest.approx(0.1))]
+
+
+# ----------------------------------------------------------------------------- examples
+
+
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+SIGNATURE = re.compile(r"rlscan\.(\w+)\(([^()]*)\)")
+
+
+def code_blocks(page: pathlib.Path, langs=("python",)) -> list:
+    """``(line, code)`` of the page's fenced blocks in these languages (``""``: unlabelled)."""
+    text = page.read_text()
+    return [(text[:m.start()].count("\n") + 1, m.group(2)) for m in FENCE.finditer(text) if m.group(1) in langs]
+
+
+def is_signatures(code: str) -> bool:
+    """A block of ``rlscan.op(arguments, *, options) -> result`` lines (docs/api.md), not an example."""
+    return code.lstrip().startswith("rlscan.") and ("*," in code or " -> " in code)
+
+
+EXAMPLES = [(page, line, code) for page in pages() for line, code in code_blocks(page) if not is_signatures(code)]
+SIGNATURES = [(page, line, code) for page in pages() for line, code in code_blocks(page) if is_signatures(code)]
+
+
+def _id(example) -> str:
+    return f"{example[0].name}:{example[1]}"
+
+
+@pytest.mark.parametrize("example", SIGNATURES, ids=_id)
+def test_signatures_are_the_functions(example):
+    page, line, code = example
+    import rlscan
+
+    found = SIGNATURE.findall(code)
+    assert found, f"{page.name}:{line}: no signature read"
+    for name, arguments in found:
+        scope = {}
+        exec(f"def {name}({' '.join(arguments.split())}): pass", scope)
+        documented, actual = inspect.signature(scope[name]), inspect.signature(getattr(rlscan, name))
+        as_written = [(p.name, p.kind, p.default) for p in documented.parameters.values()]
+        assert as_written == [(p.name, p.kind, p.default) for p in actual.parameters.values()], \
+            f"{page.name}:{line}: rlscan.{name}{documented} is rlscan.{name}{actual}"
+
+
+_RUN: dict = {}  # page -> (its namespace, the lines of its examples run so far)
+
+
+def _run(page, line, code, ns) -> None:
+    doc_examples.before(page.name, ns, code)
+    source = doc_examples.runnable(page.name, code)
+    exec(compile(source, f"{page.relative_to(ROOT)}:{line}", "exec"), ns)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=_id)
+def test_example_runs(example, tmp_path, monkeypatch):
+    page, line, code = example
+    reason = doc_examples.missing(page.name, code)
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.chdir(tmp_path)  # where an example writes and reads its files
+    ns, done = _RUN.setdefault(page.name, (doc_examples.inputs(page.name), set()))
+    with doc_examples.restored(page.name, ns):
+        for at, earlier in code_blocks(page):  # what a reader ran before, where this test runs alone
+            if at < line and at not in done and not is_signatures(earlier) and not doc_examples.missing(page.name,
+                                                                                                       earlier):
+                done.add(at)
+                _run(page, at, earlier, ns)
+        done.add(line)
+        _run(page, line, code, ns)
+
+
+def test_examples_are_found():
+    names = {page.name for page, _, _ in EXAMPLES}
+    assert {"README.md", "cleanrl.md", "sb3.md", "torchrl.md", "rllib.md", "rsl_rl.md", "verl.md"} <= names
+    assert {name for name, _ in SIGNATURE.findall("".join(code for _, _, code in SIGNATURES))} >= {
+        "gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q", "eligibility_traces",
+        "episodic_cumsum", "linear_scan", "masked_whiten"}
+    assert doc_examples.runnable("x.md", "import a\n...\n    b = 1\n") == "import a\nif True:  # ...\n    b = 1"
+    for page, written in doc_examples.SHORTER:
+        assert any(p.name == page and written in code for p, _, code in EXAMPLES), (page, written)
+
+
+# ----------------------------------------------------------------------------- commands
+
+COMMAND = re.compile(r"^(?:\$ )?(?:\S+=\S+ )*(?:\.venv/bin/)?(rlscan (?:[^#`\n&]*)|python tools/[^#`\n&]*)")
+SPAN = re.compile(r"`((?:\.venv/bin/)?rlscan [^`]+|python tools/[^`]+)`")
+
+
+def documented_commands() -> dict:
+    """Every command the docs show: ``{command: (page, first line of its output or None)}``."""
+    found = {}
+    for page in pages():
+        for _, code in code_blocks(page, ("bash", "")):
+            lines = code.splitlines()
+            session = any(line.startswith("$ ") for line in lines)  # then the other lines are output
+            for k, line in enumerate(lines):
+                if session and not line.startswith("$ "):
+                    continue
+                for part in line.split("&&"):
+                    m = COMMAND.match(part.strip())
+                    if m:
+                        command = " ".join(m.group(1).split())
+                        shown = lines[k + 1] if session and k + 1 < len(lines) else None
+                        if shown or command not in found:
+                            found[command] = (page.name, shown)
+        text = FENCE.sub("", page.read_text())
+        for m in SPAN.finditer(text):
+            found.setdefault(" ".join(m.group(1).removeprefix(".venv/bin/").split()), (page.name, None))
+    return found
+
+
+COMMANDS = documented_commands()
+
+
+def _argv(command: str) -> list:
+    words = shlex.split(command)
+    return words[1:] if words[0] == "python" else words
+
+
+def _help(command: str) -> list:
+    """The ``--help`` of a command's program and subcommand (``rlscan bench``, ``python tools/x.py``)."""
+    words = [w for w in _argv(command) if not re.match(r"[\[A-Z]|.*\|", w)]
+    return words[:2] + ["--help"] if words[0] == "rlscan" and len(words) > 1 and not words[1].startswith("-") \
+        else words[:1] + ["--help"]
+
+
+def gpu_run(command: str) -> bool:
+    """Whether the command times a GPU for minutes, and there is one here (the test skips it)."""
+    return torch.cuda.is_available() and re.fullmatch(doc_examples.GPU_RUNS, command) is not None
+
+
+def planned_runs(out: str) -> dict:
+    """``{command: (argv the test runs, why it only reads the help, or None)}``, without the GPU runs."""
+    runs = {}
+    for command in COMMANDS:
+        if gpu_run(command):
+            continue
+        why = doc_examples.help_only(command)
+        runs[command] = (_help(command) if why else doc_examples.shortest(_argv(command), out), why)
+    return runs
+
+
+RUNNER = """
+import contextlib, io, json, runpy, sys, traceback
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err, code, trace = io.StringIO(), io.StringIO(), 0, None
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            if argv[0] == "rlscan":
+                from rlscan.cli import main
+                code = main(argv[1:]) or 0
+            else:
+                sys.argv = argv
+                runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+            if not isinstance(done.code, (int, type(None))):
+                err.write(str(done.code) + "\\n")
+        except BaseException:
+            code, trace = 1, traceback.format_exc()
+    results.append(dict(argv=argv, code=code, out=out.getvalue(), err=err.getvalue(), trace=trace))
+print(json.dumps(results))
+"""
+
+
+def _run_commands(argvs: list) -> list:
+    """Run the commands one after another in one fresh interpreter (no TRITON_INTERPRET, as in a
+    user's shell), from the repository's root; their results."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(argvs)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _alone(argv) -> bool:
+    """``rlscan plan`` chooses Triton's interpreter before Triton is imported: a process of its own."""
+    return list(argv[:2]) == ["rlscan", "plan"] and "--help" not in argv
+
+
+@pytest.fixture(scope="module")
+def command_results(tmp_path_factory):
+    """Every planned command run once: ``{command: (result, why it read only the help)}``."""
+    runs = planned_runs(str(tmp_path_factory.mktemp("bench-out")))
+    argvs = list(dict.fromkeys(tuple(argv) for argv, _ in runs.values()))
+    results = _run_commands([a for a in argvs if not _alone(a)])
+    for argv in filter(_alone, argvs):
+        results += _run_commands([argv])
+    by_argv = {tuple(r["argv"]): r for r in results}
+    return {command: (by_argv[tuple(argv)], why) for command, (argv, why) in runs.items()}
+
+
+def _says_no_gpu(result) -> bool:
+    """Whether a command that needs a GPU said so, last, where there is none."""
+    lines = (result["out"] + result["err"]).strip().splitlines()
+    return not torch.cuda.is_available() and bool(lines) and re.search(r"\bGPU\b|\bCUDA\b", lines[-1]) is not None
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_command_runs(command, request):
+    if gpu_run(command):
+        pytest.skip("it times this GPU for minutes; a machine without a GPU runs it (to say that it needs one)")
+    result, why = request.getfixturevalue("command_results")[command]
+    assert result["trace"] is None, f"{' '.join(result['argv'])}:\n{result['trace']}"
+    assert result["code"] == 0 or _says_no_gpu(result), \
+        f"{' '.join(result['argv'])} exited {result['code']}:\n{(result['err'] + result['out'])[-2000:]}"
+    if why:
+        named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", command))
+        missing = [option for option in named if option not in result["out"]]
+        assert not missing, f"{command}: {missing} not in {' '.join(result['argv'])} ({why})"
+    shown = COMMANDS[command][1]
+    if shown is not None and not why:
+        assert result["out"].splitlines()[0] == shown, (result["out"][:500], shown)
+
+
+def test_commands_are_found():
+    assert {"rlscan bench --ops none --e2e --quick", "rlscan plan gae --shape 4096x2048 --layout tn",
+            "rlscan --version", "python tools/verl_timing.py"} <= set(COMMANDS)
+    assert doc_examples.shortest(["rlscan", "bench", "--e2e", "--out", "x"], "o") == \
+        ["rlscan", "bench", "--e2e", "--ops", "none", "--out", "o", "--quick"]
 
 
 if __name__ == "__main__":

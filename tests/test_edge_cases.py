@@ -90,3 +90,24 @@ def test_nan_across_chunks(op, config):
     p = _poison(p, p.info.series[0], 9, 0)
     with rlscan.use_backend("triton"), forced_config(**config):
         assert_matches_reference(p)
+
+
+UNBOUNDED = {  # an infinite input at step 4 that makes a β infinite: (argument, clips, the steps it reaches)
+    "vtrace": ("log_rhos", dict(rho_clip=float("inf"), c_clip=float("inf"), pg_rho_clip=float("inf")), slice(0, 5)),
+    "retrace": ("log_rhos", dict(c_clip=float("inf")), slice(0, 4)),  # c_4 enters β_3
+    "linear_scan": ("beta", {}, slice(4, 9)),
+    "linear_scan_reverse": ("beta", {}, slice(0, 5)),
+}
+
+
+@quiet_nan
+@pytest.mark.parametrize("op", sorted(UNBOUNDED))
+@pytest.mark.parametrize("exact", [False, True], ids=["fast", "exact"])
+def test_unbounded_beta_gives_nan(path, op, exact):
+    """Where β_t is infinite A_t is NaN, and so is every step it reaches, on every path and in the
+    reference (docs/semantics.md, "Numbers"; ∞ · A had been ±∞ on one path and NaN on another)."""
+    name, clips, reached = UNBOUNDED[op]
+    p = make_problem(op, (9, 3), terminated="none", seed=55, device=path.device)
+    p = _poison(p.replace(**clips), name, 4, 1, float("inf"))
+    outs = assert_matches_reference(p, exact=exact)
+    assert torch.isnan(outs[0][reached, 1]).all() and torch.isfinite(outs[0][:, 0]).all()

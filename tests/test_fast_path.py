@@ -56,6 +56,16 @@ def test_errors_are_raised_on_every_call(path):
             rlscan.gae(r, v, bootstrap_value=torch.zeros(3, device=path.device), gamma=1.5)
 
 
+def test_a_tensor_on_another_device_is_not_replayed(path):
+    """A meta tensor has no storage: its call is not a CPU call of the same shape (get_device() is
+    -1 for both), and gets the device error, not the CPU loop's."""
+    r = torch.randn(5, 3, device=path.device)
+    boot = torch.zeros(3, device=path.device)
+    rlscan.gae(r, r.clone(), bootstrap_value=boot)
+    with pytest.raises(ValueError, match="values is on meta"):
+        rlscan.gae(r, torch.zeros(5, 3, device="meta"), bootstrap_value=boot)
+
+
 def test_value_checks_run_on_every_call():
     """On the CPU, tensor γ and action indices are checked by value: never replayed."""
     r, v, boot = torch.randn(5, 3), torch.randn(5, 3), torch.randn(3)

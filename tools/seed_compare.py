@@ -507,6 +507,8 @@ def main():
     ap.add_argument("--budget", type=float, default=math.inf, help="seconds; later shapes are skipped past it")
     ap.add_argument("--variants", help="comma-separated labels: time only these variants of each group")
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        ap.error("it times kernels on a CUDA GPU, and torch sees none here")
     DEADLINE[0] = time.monotonic() + args.budget
     fl = floors.measure(DEV, quick=True)
     BW[0] = fl.bandwidth

@@ -278,4 +278,7 @@ if __name__ == "__main__":
         import verl_cpu_timing
 
         sys.exit(verl_cpu_timing.main())
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("tools/verl_timing.py times verl's estimators on a CUDA GPU, and torch sees none here "
+                 "(TRITON_INTERPRET=1 python tools/verl_timing.py --dry checks the script on the CPU)")
     sys.exit(time_rows() if "--rows" in sys.argv else main())

@@ -57,6 +57,16 @@ def compose_exclusive(a_first, b_first, ea_first, eb_first, a_then, b_then, ea_t
 
 
 @triton.jit
+def nan_where_unbounded(x, factor):
+    """``x`` where ``factor`` is finite, NaN where it is ±inf or NaN (docs/semantics.md,
+    "Numbers"): ``α_t`` with ``β_t`` as the factor. A scan multiplies several steps' ``β``
+    together before they meet the state, so ``∞ · A`` would come out ``∞ − ∞`` in one
+    order and ``±∞`` in another."""
+    gap = factor - factor  # 0 where finite, NaN where not
+    return tl.where(gap == 0, x, gap)
+
+
+@triton.jit
 def scalar(parts, ACC: tl.constexpr):
     """A float64 scalar passed as three float32 parts, in the compute dtype."""
     hi, mid, lo = parts

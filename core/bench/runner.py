@@ -128,6 +128,7 @@ def run(opts: Options) -> int:
     if cuda:
         _warm_kernels(p, opts, shapes, impls_by_op, doc)
     cells, spent = [], {}
+    doc["cells"] = cells  # empty under --ops none
     ledger = CompileLedger()
     total, done = len(opts.ops) * len(shapes), 0
     for op in opts.ops:
@@ -140,7 +141,6 @@ def run(opts: Options) -> int:
                 cell = _cell(CASES[op], N, T, impls, opts, settings, fl, ledger, spent, status)
             cells.append(cell)
             report.row(p, progress, cell, impls)
-        doc["cells"] = cells
         doc["compile_s_by_op"] = dict(ledger.spent)
         doc["elapsed_s"] = time.perf_counter() - started
         report.write_json(json_path, doc)

@@ -26,38 +26,39 @@ MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, to
                torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def check_mask(call: Call, name: str, mask, next_values, truncated, values: bool = True) -> torch.Tensor:
-    """``mask`` of op ``name``: bool, integer or floating 0/1 values of the anchor's shape (1 =
-    the step counts). A masked op takes the value after each step from ``values`` (the next
-    kept step's), so it takes neither ``next_values`` nor ``truncated``. ``values=False``
-    leaves the 0/1 check to the caller (a CPU row loop counts other values as it reads the
-    mask; :func:`check_mask_values` otherwise)."""
+def check_mask(call: Call, name: str, mask, next_values, truncated, values: bool = True,
+               argument: str = "mask") -> torch.Tensor:
+    """``mask`` of op ``name`` (passed as ``argument``): bool, integer or floating 0/1 values of the
+    anchor's shape (1 = the step counts). A masked op takes the value after each step from
+    ``values`` (the next kept step's), so it takes neither ``next_values`` nor ``truncated``.
+    ``values=False`` leaves the 0/1 check to the caller (a CPU row loop counts other values as it
+    reads the mask; :func:`check_mask_values` otherwise)."""
     if next_values is not None:
         raise ValueError(f"{name}: mask and next_values cannot be combined; with a mask the value after a kept step "
                          "is the value of the next kept step, read from values (and bootstrap_value past the end)")
     if truncated is not None:
         raise ValueError(f"{name}: mask and truncated cannot be combined (a truncation needs next_values); "
                          "mark the end of a sequence with terminated, or leave the steps after it out with mask")
-    x = call._tensor("mask", mask)
+    x = call._tensor(argument, mask)
     if x.dtype not in MASK_DTYPES:
-        raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values (1 where the step counts), "
-                        f"got {x.dtype}")
-    check_shape("mask", x, call.shape, call.anchor_name)
+        raise TypeError(f"{argument} must be a bool, integer or floating tensor of 0/1 values (1 where the step "
+                        f"counts), got {x.dtype}")
+    check_shape(argument, x, call.shape, call.anchor_name)
     if values:
-        check_mask_values(call, x)
+        check_mask_values(call, x, argument)
     return x
 
 
-def check_mask_values(call: Call, x: torch.Tensor) -> None:
+def check_mask_values(call: Call, x: torch.Tensor, argument: str = "mask") -> None:
     """That a mask on the CPU holds only 0 and 1 (a pass over it)."""
     if x.dtype != torch.bool and x.device.type == "cpu" and not _compiling():
         call.checked_values = True
         if x.numel() and not bool(((x == 0) | (x == 1)).all()):
-            raise_mask_values()
+            raise_mask_values(argument)
 
 
-def raise_mask_values():
-    raise ValueError("mask must hold only 0 and 1 (1 where the step counts, 0 where it is skipped)")
+def raise_mask_values(argument: str = "mask"):
+    raise ValueError(f"{argument} must hold only 0 and 1 (1 where the step counts, 0 where it is skipped)")
 
 
 def kept(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

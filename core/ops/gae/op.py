@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
+from ..._inputs import check_bool
 from ..._library import register_fused
 from ..._spec import OpSpec
 from .. import _forms, _skip, _value_backward
@@ -195,8 +197,7 @@ def gae(
         "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
-    if not isinstance(whiten, bool):
-        raise TypeError(f"whiten must be a bool, got {type(whiten).__name__}")
+    whiten = check_bool("whiten", whiten)
     if mask is not None:
         return _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact,
                        out)

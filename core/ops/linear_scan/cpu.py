@@ -2,7 +2,7 @@
 ``betas=None``; see gae/cpu.py)."""
 import numpy as np
 
-from ..._cpu import grid, njit, prange
+from ..._cpu import grid, nan_where_unbounded, njit, prange
 
 
 @njit
@@ -23,7 +23,7 @@ def scan_loop(alpha, betas, beta, init, reverse, one, out):
                 b = beta
                 if betas is not None:
                     b = betas[t, i, j]
-                a = alpha[t, i, j] + b * prev
+                a = nan_where_unbounded(alpha[t, i, j], b) + b * prev
                 if not reverse:
                     carry[i, j] = a
                 out[t, i, j] = a

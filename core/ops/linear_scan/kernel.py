@@ -2,16 +2,16 @@
 import triton
 import triton.language as tl
 
-from ..._triton.primitives import load, load_batch, load_coef, load_shifted, store
+from ..._triton.primitives import load, load_batch, load_coef, load_shifted, nan_where_unbounded, store
 
 
 @triton.jit
 def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
-    """``α_t`` and ``β_t`` as given (``β`` may be one scalar)."""
+    """``α_t`` and ``β_t`` as given (``β`` may be one scalar; ``α_t`` is NaN where ``β_t`` is not finite)."""
     ALPHA, BETA, INIT = ins
     alpha = load(ALPHA, s[0], tile, ACC)
     beta = load_coef(BETA, s[1], tile, scalars[0], 0, T, ACC)
-    return alpha, beta, (alpha,)
+    return nan_where_unbounded(alpha, beta), beta, (alpha,)
 
 
 @triton.jit

@@ -16,6 +16,7 @@ from torch.library import custom_op
 
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
+from ..._inputs import check_bool
 from ..._spec import OpSpec
 
 
@@ -92,13 +93,14 @@ def linear_scan(alpha, beta, *, reverse=False, initial=None, time_dim=0, exact=F
         ``A``, of ``alpha``'s shape.
     """
     call = Call("alpha", alpha, time_dim, out_dtype)
+    reverse = check_bool("reverse", reverse)
     if isinstance(beta, numbers.Real) and not isinstance(beta, bool):
         beta_value, beta = float(beta), None
+    elif beta is None:
+        raise TypeError("beta is required: a float, or a floating tensor of alpha's shape, got None")
     else:
         beta_value, beta = 0.0, call.series("beta", beta)
     initial = call.batch("initial", initial)
-    if not isinstance(reverse, bool):
-        raise TypeError(f"reverse must be a bool, got {type(reverse).__name__}")
     spec = REVERSE if reverse else FORWARD
     return call.run(spec, (call.anchor, beta, initial), (beta_value,), exact=exact, out=out)[0]
 

@@ -1,7 +1,7 @@
 """Retrace(λ) as compiled CPU loops, which take ``exp(log ρ_t)`` at each step (``step_exp``)."""
 import numpy as np
 
-from ..._cpu import grid, njit, prange, step_coefs, step_ends, step_exp
+from ..._cpu import grid, nan_where_unbounded, njit, prange, step_coefs, step_ends, step_exp
 
 
 @njit
@@ -34,7 +34,7 @@ def retrace_loop(r, q, e, log_rhos, e_next, boot, term, trunc, gammas, lmbdas, g
                     q_ahead = zero
                     last = zero
                 trace = gl * kappa * c_ahead
-                alpha = r[t, i, j] + g * nu * en - trace * q_ahead
+                alpha = nan_where_unbounded(r[t, i, j] + g * nu * en - trace * q_ahead, trace)
                 a = alpha + trace * last
                 q_ret[t, i, j] = a
                 adv[t, i, j] = a - e[t, i, j]

@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 from ..._triton.primitives import (
-    load, load_batch, load_or_zero, load_shifted, offsets, scalar, step_terms, store,
+    load, load_batch, load_or_zero, load_shifted, nan_where_unbounded, offsets, scalar, step_terms, store,
     value_after,
 )
 
@@ -11,8 +11,9 @@ from ..._triton.primitives import (
 @triton.jit
 def trace_coeffs(r, e, e_next, q_ahead, rho_ahead, tile, s_term, s_trunc, TERM, TRUNC, GAMMA, s_g, LMBDA, s_l,
                  scalars, T, ACC: tl.constexpr):
-    """``α_t = r_t + γ_t ν_t E'_t − γ_t λ_t κ_t c_{t+1} q_{t+1}``, ``β_t = γ_t λ_t κ_t c_{t+1}``,
-    from the per-step quantities (shared with the fused ``retrace_from_q`` kernel)."""
+    """``α_t = r_t + γ_t ν_t E'_t − γ_t λ_t κ_t c_{t+1} q_{t+1}`` (NaN where ``β_t`` is not finite),
+    ``β_t = γ_t λ_t κ_t c_{t+1}``, from the per-step quantities (shared with the fused
+    ``retrace_from_q`` kernel)."""
     nu, kappa, gamma, lmbda = step_terms(TERM, s_term, TRUNC, s_trunc, GAMMA, s_g, LMBDA, s_l, scalars, tile, 0, T, ACC)
     if GAMMA is None and LMBDA is None:
         gamma_lmbda = scalar(scalars[2], ACC)
@@ -20,7 +21,7 @@ def trace_coeffs(r, e, e_next, q_ahead, rho_ahead, tile, s_term, s_trunc, TERM, 
         gamma_lmbda = gamma * lmbda
     c_ahead = tl.minimum(rho_ahead, scalar(scalars[3], ACC), propagate_nan=tl.PropagateNan.ALL)
     trace = gamma_lmbda * kappa * c_ahead
-    alpha = r + gamma * nu * e_next - trace * q_ahead
+    alpha = nan_where_unbounded(r + gamma * nu * e_next - trace * q_ahead, trace)
     return alpha, trace, (e,)
 
 

@@ -28,7 +28,8 @@ def retrace(rewards, q_taken, expected_q, log_rhos, *, bootstrap_value=None, nex
         q_ret[t] = r[t] + g[t] * nu * e_next[t]
         if t < T - 1:
             kappa = 1.0 - done[t]
-            q_ret[t] += g[t] * lam[t] * kappa * c[t + 1] * (q_ret[t + 1] - q[t + 1])
+            beta = g[t] * lam[t] * kappa * c[t + 1]
+            q_ret[t] = np.where(np.isfinite(beta), q_ret[t] + beta * (q_ret[t + 1] - q[t + 1]), np.nan)
     return RetraceOutput(from_time_first(q_ret, time_dim), from_time_first(q_ret - e, time_dim))
 
 

@@ -2,7 +2,7 @@
 ``ρ_t = exp(log ρ_t)`` at each step (``step_exp``)."""
 import numpy as np
 
-from ..._cpu import grid, njit, prange, step_ends, step_exp
+from ..._cpu import grid, nan_where_unbounded, njit, prange, step_ends, step_exp
 
 
 @njit
@@ -39,12 +39,13 @@ def vtrace_loop(r, v, log_rhos, v_next, boot, term, trunc, gammas, lmbdas, gamma
                 c = lam * min(rho, c_clip)
                 delta = rho_bar * (r[t, i, j] + g * vn * nu - v[t, i, j])
                 last = vs_minus_v[i, j] if not last_step else zero
-                a = delta + g * c * kappa * last
+                beta = g * c * kappa
+                a = nan_where_unbounded(delta, beta) + beta * last
                 vs_minus_v[i, j] = a
                 vs[t, i, j] = v[t, i, j] + a
                 rho_pg = min(rho, pg_rho_clip)
                 v_ahead = v[t + 1, i, j] if inside else vn
-                base = rho_pg * (r[t, i, j] + g * nu * v_ahead - v[t, i, j])
+                base = nan_where_unbounded(rho_pg * (r[t, i, j] + g * nu * v_ahead - v[t, i, j]), rho_pg)
                 pg[t, i, j] = base + rho_pg * (g * nu) * last if inside else base
 
 

@@ -3,14 +3,15 @@ import triton
 import triton.language as tl
 
 from ..._triton.primitives import (
-    load, load_or_zero, load_shifted, offsets, scalar, step_terms, store, value_after,
+    load, load_or_zero, load_shifted, nan_where_unbounded, offsets, scalar, step_terms, store, value_after,
 )
 
 
 @triton.jit
 def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     """``α_t = ρ̄_t (r_t + γ_t ν_t V'_t − V_t)``, ``β_t = γ_t c_t κ_t`` with
-    ``ρ̄_t = min(ρ̄, ρ_t)`` and ``c_t = λ_t min(c̄, ρ_t)``."""
+    ``ρ̄_t = min(ρ̄, ρ_t)`` and ``c_t = λ_t min(c̄, ρ_t)``; ``α_t`` is NaN where ``β_t`` is not
+    finite, and ``pg_t`` where ``ρ̄ᵖᵍ_t`` is not."""
     R, V, LOG_RHO, NV, BOOT, TERM, TRUNC, GAMMA, LMBDA = ins
     r = load(R, s[0], tile, ACC)
     v = load(V, s[1], tile, ACC)
@@ -28,8 +29,9 @@ def coeffs(ins, s, scalars, tile, T, ACC: tl.constexpr):
     rho_pg = tl.minimum(rho, scalar(scalars[4], ACC), propagate_nan=tl.PropagateNan.ALL)
     inside = kappa != 0
     slope = rho_pg * (gamma * nu)
-    base = rho_pg * (r + gamma * nu * tl.where(inside, v_ahead, v_next) - v)
-    return delta, gamma * c * kappa, (v, base, slope, inside)
+    base = nan_where_unbounded(rho_pg * (r + gamma * nu * tl.where(inside, v_ahead, v_next) - v), rho_pg)
+    beta = gamma * c * kappa
+    return nan_where_unbounded(delta, beta), beta, (v, base, slope, inside)
 
 
 @triton.jit

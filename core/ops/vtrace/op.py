@@ -45,7 +45,8 @@ def _differentiable(call, r, v, log_rho, nv, boot, term, trunc, g_t, l_t, gamma,
     vs = v + vs_minus_v
     vs_ahead = torch.cat([vs[1:], vs[-1:]])  # only read where κ_t = 1, i.e. t < T-1
     v_hat = torch.where(kappa != 0, vs_ahead, v_next)
-    pg = rho.clamp(max=pg_clip) * (r + g * nu * v_hat - v)
+    rho_pg = rho.clamp(max=pg_clip)
+    pg = torch.where(rho_pg.isfinite(), rho_pg * (r + g * nu * v_hat - v), torch.nan)
     return _forms.result(vs, call), _forms.result(pg, call)
 
 

@@ -29,7 +29,8 @@ def vtrace(rewards, values, log_rhos, *, bootstrap_value=None, next_values=None,
         nu = 1.0 - term[t]
         kappa = 0.0 if t == T - 1 else 1.0 - done[t]
         delta = rho_bar[t] * (r[t] + g[t] * v_next[t] * nu - v[t])
-        vs_minus_v = delta + g[t] * c[t] * kappa * vs_minus_v
+        beta = g[t] * c[t] * kappa
+        vs_minus_v = np.where(np.isfinite(beta), delta, np.nan) + beta * vs_minus_v
         vs[t] = v[t] + vs_minus_v
 
     pg = np.empty_like(r)
@@ -37,5 +38,6 @@ def vtrace(rewards, values, log_rhos, *, bootstrap_value=None, next_values=None,
         nu = 1.0 - term[t]
         inside = (t < T - 1) & ~done[t]
         v_hat = np.where(inside, vs[min(t + 1, T - 1)], v_next[t])
-        pg[t] = np.minimum(rho[t], pg_rho_clip) * (r[t] + g[t] * nu * v_hat - v[t])
+        rho_pg = np.minimum(rho[t], pg_rho_clip)
+        pg[t] = np.where(np.isfinite(rho_pg), rho_pg * (r[t] + g[t] * nu * v_hat - v[t]), np.nan)
     return VTraceOutput(from_time_first(vs, time_dim), from_time_first(pg, time_dim))
