@@ -13,9 +13,12 @@ The first call on each input is compared with the float64 reference, and every l
 the same input with the first, bit for bit. A threshold's cases run every op at small sizes,
 with the threshold's module constant lowered (a knob: the branch each side takes is the real
 one, and the test asserts it on the runners), and GAE at the shipped thresholds' own sizes.
+Masked GAE on ``[N, T]`` rows runs ``rlscan._cpu_rows``' row loops instead of a runner's, at
+every side: there the test asserts that the row loops ran.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
@@ -236,6 +239,25 @@ def _runners() -> list:
     return list(_call._CPU_RUNNERS.values())
 
 
+@contextlib.contextmanager
+def _row_loop_calls():
+    """Whether each masked GAE call inside ran ``rlscan._cpu_rows``' row loops (a list of bools)."""
+    from rlscan.ops.gae import rows
+
+    taken, real = [], rows.advantages
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        taken.append(result is not None)
+        return result
+
+    rows.advantages = spy
+    try:
+        yield taken
+    finally:
+        rows.advantages = real
+
+
 def _replayed() -> bool:
     return any(isinstance(e, _fast._Entry) for e in _fast._CACHE.values())
 
@@ -421,12 +443,17 @@ def _drive(op: str, side: Side, shapes: tuple, calls: Calls, threshold: str) -> 
     which the runners must show the side's branch); then on the first shape, torch tensors (the
     same runner, through a replay of its own), numpy again, and numpy from a second thread."""
     cases = [as_kind(make_case(op, side.layout, N, T, seed=k), "numpy contiguous") for k, (N, T) in enumerate(shapes)]
-    for round_ in range(side.calls()):
-        for k, case in enumerate(cases):
-            calls.check(k, case, run(case), f"numpy, call {round_ + 1}")
-    runners = _runners()
-    assert runners or side.took in (_replay_cache_emptied, _runners_emptied)
-    assert side.took(runners), f"{op}: the {side.name} side of {threshold} did not take its branch"
+    with _row_loop_calls() as on_rows:
+        for round_ in range(side.calls()):
+            for k, case in enumerate(cases):
+                calls.check(k, case, run(case), f"numpy, call {round_ + 1}")
+    if op.startswith("gae mask") and side.layout == "NT":
+        # masked GAE on [N, T] rows runs rlscan._cpu_rows' row loops, not a runner of _cpu's loops
+        assert on_rows and all(on_rows), f"{op}: [N, T] rows did not take the row loops"
+    else:
+        runners = _runners()
+        assert runners or side.took in (_replay_cache_emptied, _runners_emptied)
+        assert side.took(runners), f"{op}: the {side.name} side of {threshold} did not take its branch"
     first = cases[0]
     torch_case = as_kind(make_case(op, side.layout, *shapes[0], seed=0), "torch contiguous")
     for round_ in range(2):
