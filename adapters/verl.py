@@ -94,7 +94,7 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
         exact: on the GPU, run the recurrence one step at a time in verl's order (the CPU
             path always does); default: as :func:`patch` set it (False).
     """
-    _check_tokens(token_level_rewards, response_mask, values=values, mask_values=False)
+    _check_tokens(token_level_rewards, response_mask, values=values, mask_values=False, needs_values=True)
     gamma, lam = _coef("gamma", gamma), _coef("lam", lam)
     # verl's products promote: a float64 mask makes the carries, and the results, float64
     dtype = _promoted(token_level_rewards, values, response_mask)
@@ -283,15 +283,15 @@ def _check_bool(name: str, x) -> None:
         raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
 
 
-def _check_tokens(rewards, mask, values=None, mask_values: bool = True) -> None:
+def _check_tokens(rewards, mask, values=None, mask_values: bool = True, needs_values: bool = False) -> None:
     """The arguments checked under verl's names, before rlscan checks them under its own.
     ``mask_values=False``: the mask's 0/1 values are left to the scan, which checks them as it
     reads the mask (:func:`_as_verl_names` gives its error verl's name)."""
     for name, x in (("token_level_rewards", rewards), ("values", values), ("response_mask", mask)):
-        if (x is not None or name != "values") and not isinstance(x, torch.Tensor):
+        if (x is not None or name != "values" or needs_values) and not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type_name(x)}")
     call = Call("token_level_rewards", rewards, -1)
-    call.series("values", values)
+    call.series("values", values, required=needs_values)
     _skip.check_mask(call, "verl", mask, None, None, values=mask_values, argument="response_mask")
 
 

@@ -156,10 +156,11 @@ def statistics(sums: np.ndarray) -> tuple:
         raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {int(n)}")
     kept = n_b > 0
     n_b, s_b, q_b, c_b = n_b[kept], s_b[kept], q_b[kept], c_b[kept]
-    mean_b = c_b + s_b / n_b
-    m2_b = np.maximum(q_b - s_b * s_b / n_b, 0.0)
-    mean = float((n_b * mean_b).sum() / n)
-    m2 = float(m2_b.sum() + (n_b * (mean_b - mean) ** 2).sum())
+    with np.errstate(invalid="ignore", over="ignore"):  # infinite inputs make NaN statistics, as the loop's
+        mean_b = c_b + s_b / n_b
+        m2_b = np.maximum(q_b - s_b * s_b / n_b, 0.0)
+        mean = float((n_b * mean_b).sum() / n)
+        m2 = float(m2_b.sum() + (n_b * (mean_b - mean) ** 2).sum())
     return n, mean, m2 / (n - 1)
 
 

@@ -16,6 +16,7 @@ import re
 import textwrap
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -179,7 +180,7 @@ def _verl(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     ns.update(token_level_rewards=_randn(N, T, gen=gen), values=_randn(N, T, gen=gen, dtype=torch.bfloat16),
               response_mask=(torch.arange(T) < torch.tensor([[T], [T - 2], [2]])).long(), gamma=1.0, lam=0.95,
-              config=SimpleNamespace(gamma=1.0))
+              config=SimpleNamespace(gamma=1.0), index=np.array(["uid-0", "uid-0", "uid-1"], dtype=object))
 
 
 def _readme(ns: dict) -> None:
@@ -250,7 +251,7 @@ HELP_ONLY = (
     (r"python tools/rllib_timing\.py.*", "it times RLlib's GAE on 64 episodes of 2048 steps"),
 )
 #: commands that time a GPU for minutes: run where there is none (to say so), skipped where there is
-GPU_RUNS = r"rlscan tune|python tools/(gpu_check|seed_compare|verl_timing)\.py.*"
+GPU_RUNS = r"rlscan tune|python tools/(gpu_check|seed_compare|verl_timing)\.py(?! --cpu).*"
 
 
 def help_only(command: str):
@@ -263,7 +264,10 @@ def help_only(command: str):
 def shortest(argv: list, out: str) -> list:
     """``rlscan bench`` as the docs write it, cut to the smallest run that reaches the same code:
     ``--quick``, one op at one shape (no grid where the command times ``--e2e``), into ``out``;
-    its options sorted, so that commands that differ only in their order run once."""
+    its options sorted, so that commands that differ only in their order run once. verl's CPU
+    timing (``tools/verl_timing.py --cpu``) runs its tiny shapes (``--dry``)."""
+    if argv == ["tools/verl_timing.py", "--cpu"]:
+        return argv + ["--dry"]
     if argv[:2] != ["rlscan", "bench"]:
         return list(argv)
     options, k = {}, 2

@@ -588,7 +588,7 @@ def planned_runs(out: str) -> dict:
 
 
 RUNNER = """
-import contextlib, io, json, runpy, sys, traceback
+import contextlib, io, json, os, runpy, sys, traceback
 results = []
 for argv in json.loads(sys.argv[1]):
     out, err, code, trace = io.StringIO(), io.StringIO(), 0, None
@@ -599,6 +599,7 @@ for argv in json.loads(sys.argv[1]):
                 code = main(argv[1:]) or 0
             else:
                 sys.argv = argv
+                sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # as python SCRIPT puts it
                 runpy.run_path(argv[0], run_name="__main__")
         except SystemExit as done:
             code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
