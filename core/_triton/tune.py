@@ -122,15 +122,15 @@ def _run_checked(case, inputs, cfg, want, tolerance) -> tuple:
 
 
 def _class_inputs(c: settings.ShapeClass, op: str, device) -> tuple:
-    """``(case, inputs, dtype, deterministic)``: the bench case ``op`` at class ``c``'s shape."""
+    """``(case, inputs)``: the bench case ``op`` at class ``c``'s shape, in float32 where the
+    class computes in words, else float64."""
     import torch
 
     from ..bench.cases import CASES, make_inputs
 
     dtype = torch.float32 if c.when.get("words", True) else torch.float64
     case = CASES[op]
-    return case, make_inputs(case, c.shape["T"], c.shape["N"], dtype, c.shape["layout"], device), dtype, \
-        c.when.get("deterministic", False)
+    return case, make_inputs(case, c.shape["T"], c.shape["N"], dtype, c.shape["layout"], device)
 
 
 def _compile_class(raw: dict, index: int, op: str, n_sm: int) -> int:
@@ -138,14 +138,15 @@ def _compile_class(raw: dict, index: int, op: str, n_sm: int) -> int:
     candidate settings, so that their kernels land in Triton's on-disk cache; how many ran."""
     import torch
 
+    import rlscan
+
     from .explain import call_query
     from .launch import forced_config
 
-    import rlscan
-
     table = settings.validate(raw)
     c = table.classes[index]
-    case, inputs, _, deterministic = _class_inputs(c, op, torch.device("cuda"))
+    case, inputs = _class_inputs(c, op, torch.device("cuda"))
+    deterministic = c.when.get("deterministic", False)
     torch.use_deterministic_algorithms(deterministic)
     q = settings.Query(**dict(call_query(case, inputs), n_sm=n_sm, deterministic=deterministic))
     if settings.match(q, table) is not c:
@@ -210,7 +211,7 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
             if time.monotonic() > deadline:
                 progress("  budget spent: the remaining settings keep their shipped order")
                 break
-            case, inputs, _, _ = _class_inputs(c, op, device)
+            case, inputs = _class_inputs(c, op, device)
             previous = torch.are_deterministic_algorithms_enabled()
             torch.use_deterministic_algorithms(deterministic)
             try:
