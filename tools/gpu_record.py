@@ -16,7 +16,7 @@ the tools that take a budget get theirs. Each writes ``$OUT/<step>.json`` (``./b
 without ``$OUT``): the command, exit status, seconds, the tail of its output and the tool's
 own JSON, and ``$OUT/record.json`` holds them all (less the outputs' tails): that file, saved
 as ``docs/record-<card>.json``, is a card's record, which ``python tests/test_docs.py --write``
-renders into docs/benchmarks.md (:func:`render`). A table of the steps and their headline
+renders into docs/records.md (:func:`render`). A table of the steps and their headline
 figures is printed last.
 
 Run it where a GPU is lent, as one call::
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", default=None,
                     help="comma-separated among " + ", ".join(s.name for s in all_steps) + " (default all, in order)")
     ap.add_argument("--dry", action="store_true", help="each step's dry form, on the CPU")
-    ap.add_argument("--render", metavar="RECORD_JSON", help="run nothing: print a record.json as docs/benchmarks.md "
+    ap.add_argument("--render", metavar="RECORD_JSON", help="run nothing: print a record.json as docs/records.md "
                                                             "shows it")
     args = ap.parse_args(argv)
     if args.render:
@@ -284,7 +284,7 @@ def _machine(dry: bool) -> dict:
 # ----------------------------------------------------------------------------- the page
 
 def render(record: dict) -> str:
-    """A card's section of docs/benchmarks.md from its ``record.json``: the steps, the seed's
+    """A card's section of docs/records.md from its ``record.json``: the steps, the seed's
     design against rlscan, and LeanRL's pattern."""
     steps = record["steps"]
     lines = [f"{record['gpu']} ({record['n_sm']} SMs), torch {record['torch']}, Triton {record['triton']}, "
