@@ -11,7 +11,6 @@ read and write the launch settings table (docs/tuning.md).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Optional, Sequence
 
@@ -192,6 +191,7 @@ def _tune(args) -> int:
 
     from ._triton import settings
     from ._triton.tune import tune, write
+    from .bench.warm import default_jobs
 
     if not torch.cuda.is_available():
         print("rlscan tune needs a CUDA GPU: it times the launch settings on the GPU they are for", file=sys.stderr)
@@ -210,7 +210,7 @@ def _tune(args) -> int:
     print(f"rlscan tune: {name} ({n_sm} SMs), starting from {table.path}, budget {args.budget_s:.0f} s", flush=True)
     raw = tune(table, ops=args.ops, device=torch.device("cuda"), gpu=name, n_sm=n_sm, budget_s=args.budget_s,
                classes=classes, progress=lambda line: print(line, flush=True),
-               jobs=args.jobs or max(1, min(8, (os.cpu_count() or 2) // 2)))
+               jobs=args.jobs or default_jobs())
     path = write(raw, args.out or settings.cache_path(name))
     print(f"wrote {path}; `rlscan plan OP --shape NxT` shows what it chooses")
     return 0

@@ -244,12 +244,14 @@ def between(text: str, begin: str, end: str) -> str:
     return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
 
 
+def write_between(page: pathlib.Path, begin: str, end: str, block: str) -> None:
+    """Replace what stands between ``page``'s markers with ``block``."""
+    head, rest = page.read_text().split(begin, 1)
+    page.write_text(f"{head}{begin}\n\n{block}\n\n{end}{rest.split(end, 1)[1]}")
+
+
 def write_tables() -> None:
-    text = BENCHMARKS.read_text()
-    block = render_tables(json.loads(DATA.read_text()))
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    BENCHMARKS.write_text(f"{head}{BEGIN}\n\n{block}\n\n{END}{tail}")
+    write_between(BENCHMARKS, BEGIN, END, render_tables(json.loads(DATA.read_text())))
 
 
 # ----------------------------------------------------------------------------- links
@@ -340,10 +342,7 @@ def render_record(path: pathlib.Path) -> str:
 
 def write_records() -> None:
     for path in RECORDS:
-        begin, end = record_markers(path)
-        text = RECORDS_PAGE.read_text()
-        head, rest = text.split(begin, 1)
-        RECORDS_PAGE.write_text(f"{head}{begin}\n\n{render_record(path)}\n\n{end}{rest.split(end, 1)[1]}")
+        write_between(RECORDS_PAGE, *record_markers(path), render_record(path))
 
 
 def test_gpu_records_are_the_data():

@@ -368,18 +368,6 @@ def current_device_name() -> Optional[str]:
         return None
 
 
-def current_device_sm() -> Optional[int]:
-    """The SM count of the current CUDA device, or ``None`` without one."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    except Exception:  # noqa: BLE001 - no usable CUDA
-        pass
-    return None
-
-
 def table_path(device_name: Optional[str] = None, n_sm: Optional[int] = None) -> Path:
     """The file the loader reads for ``device_name``: ``RLSCAN_SETTINGS``, the device's
     cached table, or the shipped table for it (:func:`shipped_for`), in that order."""
@@ -487,7 +475,7 @@ def configs_for(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool 
     its settings that apply, each sized for the shape."""
     q = Query(int(T), int(B), bool(time_contiguous), int(n_sm), bool(reverse), bool(deterministic), int(series),
               bool(words))
-    _, chosen = candidates(q, active_table(current_device_name(), current_device_sm()) if table is None else table)
+    _, chosen = candidates(q, active_table(current_device_name(), n_sm) if table is None else table)
     return tuple(dict.fromkeys(resolve(s, q) for s in chosen))  # a setting listed twice is tried once
 
 

@@ -20,7 +20,8 @@ TRITON_IMPLS = ("rlscan", "exact", "whole_row")
 
 
 def default_jobs() -> int:
-    """Half the CPUs, at most 8: each process holds a CUDA context and the inputs of a cell."""
+    """Processes that compile kernels ahead (``rlscan bench`` on a GPU, ``rlscan tune``): half the
+    CPUs, at most 8, as each holds a CUDA context and a call's inputs."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 

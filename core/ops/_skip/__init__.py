@@ -57,6 +57,15 @@ def check_mask_values(call: Call, x: torch.Tensor, argument: str = "mask") -> No
             raise_mask_values(argument)
 
 
+def check_counted_values(call: Call, mask: torch.Tensor, bad) -> None:
+    """What :func:`check_mask_values` checks, from a CPU row loop's count of the mask's values
+    other than 0 and 1 (``bad``, per row), which it gathered as it read the mask."""
+    if mask.dtype != torch.bool:
+        call.checked_values = True
+        if bad.any():
+            raise_mask_values()
+
+
 def raise_mask_values(argument: str = "mask"):
     raise ValueError(f"{argument} must hold only 0 and 1 (1 where the step counts, 0 where it is skipped)")
 

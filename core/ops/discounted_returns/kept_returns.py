@@ -99,8 +99,7 @@ def _rows(call: Call, mask, gamma: float, compute: torch.dtype) -> Optional[tupl
     key = ("kept_returns_rows", _cpu_rows.signature(a_r, a_m, a_ret), compute)
     groups = -(-r.shape[0] // _cpu_rows.ROWS_AT_ONCE)
     _cpu_rows.run(kept_returns_rows_loop, key, (groups, r.numel()), a_r, a_m, type(one)(gamma), one, a_ret, sums, bad)
-    if mask.dtype != torch.bool and bad.any():
-        _skip.raise_mask_values()
+    _skip.check_counted_values(call, mask, bad)
     # the advantages in the returns' dtype, as masked_whiten computes them
     _cpu_rows.whiten(a_ret, sums, a_ret.dtype.type(1), mask=a_m, out=a_adv)
     if call.time_dim not in (1, -1):

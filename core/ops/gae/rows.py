@@ -49,10 +49,7 @@ def advantages(call, values, boot, term, mask, gamma: float, lmbda: float, white
     groups = -(-r.shape[0] // _cpu_rows.ROWS_AT_ONCE)
     _cpu_rows.run(gae_masked_rows_loop, key, (groups, r.numel()), arrays[0], arrays[1], arrays[2], b_array, t_array,
                   np_dtype(gamma), np_dtype(gamma * lmbda), one, a_adv, a_ret, sums, bad)
-    if mask.dtype != torch.bool:
-        call.checked_values = True
-        if bad.any():
-            _skip.raise_mask_values()
+    _skip.check_counted_values(call, mask, bad)
     if whiten:
         _cpu_rows.whiten(a_adv, sums, one)
     if time_dim not in (1, -1):
