@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..._call import Call
-from ..._inputs import plan_layout
+from ..._inputs import check_bool, plan_layout
 from ..._spec import tensor_signature
 from .. import _skip
 
@@ -52,6 +52,7 @@ def returns_and_advantages(rewards, mask, gamma: float, *, time_dim: int = -1, e
             float64 mask); default float32, or float64 for float64 rewards.
     """
     call = Call("token_level_rewards", rewards, time_dim)
+    exact = check_bool("exact", exact)  # the fused paths answer before call.run would check it
     widen = compute_dtype == torch.float64 and call.compute_dtype != torch.float64
     fusable = 0 not in call.shape and not call.numpy_io and not torch.compiler.is_compiling()
     path = call.path()

@@ -197,6 +197,7 @@ def gae(
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     whiten = check_bool("whiten", whiten)
+    exact = check_bool("exact", exact)  # the row loops answer before call.run would check it
     if mask is not None:
         return _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact,
                        out)
