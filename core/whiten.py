@@ -6,7 +6,9 @@ The statistics are those of the kept positions (``mask = 1``) of the whole tenso
     out = (x − μ) · rsqrt(σ² + eps)          (+ μ when shift_mean is False)
 
 and the formula is applied at *every* position, kept or not (verl's ``masked_whiten``).
-On the Triton path this is three kernels: one pass that reduces blocks of the tensor to
+With ``group=``, the sums are those of every rank's kept positions: each rank adds its
+``(n, Σ m·x, Σ m·x²)`` in float64, one all-reduce makes them the batch's, and
+``σ² = (Σ m·x² − n μ²) / (n − 1)``. On the Triton path this is three kernels: one pass that reduces blocks of the tensor to
 their count, mean and centred sum of squares, one program that merges them in float64
 (Chan et al.'s formula), and one pass that writes the result; the statistics stay on
 the device.
@@ -26,9 +28,11 @@ from .ops._skip import MASK_DTYPES
 _warned = []
 
 
-def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, zero_skipped: bool = False):
+def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, zero_skipped: bool = False,
+                  group=None):
     """Standardise ``values`` with the mean and the Bessel-corrected variance of the
-    positions where ``mask`` is 1 (over the whole tensor), applied to every position::
+    positions where ``mask`` is 1 (over the whole tensor, or over every rank's with
+    ``group``), applied to every position::
 
         out = (values − μ) · rsqrt(σ² + eps)          (· m with zero_skipped)
 
@@ -45,7 +49,8 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
 
     Raises:
         ValueError: when fewer than two positions are kept (the variance is undefined;
-            inside ``torch.compile`` this is not checked, and gives inf or NaN).
+            inside ``torch.compile`` this is not checked, and gives inf or NaN); with
+            ``group``, on every rank alike.
     """
     x, numpy_io = to_tensor("values", values)
     check_float("values", x)
@@ -61,6 +66,8 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
     eps = float(eps)
     if not 0.0 <= eps < math.inf:  # also false for NaN
         raise ValueError(f"eps must be a finite float >= 0, got {eps}")
+    if group is not None:
+        return _across_ranks(x, m, shift_mean, eps, zero_skipped, group, numpy_io)
     if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
         return _torch_form(x, m, shift_mean, eps, zero_skipped, check=False)
     if m.dtype != torch.bool and m.device.type == "cpu" and m.numel() and not bool(((m == 0) | (m == 1)).all()):
@@ -119,6 +126,32 @@ def _check_count(n) -> None:
         raise ValueError(f"masked_whiten needs at least two positions with mask = 1 for the variance, got {n}")
 
 
+def _across_ranks(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, zero_skipped: bool, group,
+                  numpy_io: bool):
+    """``masked_whiten`` with the statistics of every rank of ``group``: one all-reduce of
+    ``(n, Σ m·x, Σ m·x²)`` in float64. The count is checked after it, so that every rank
+    raises alike (a rank that raised before would leave the others waiting)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("group: torch.distributed is not initialised (call torch.distributed.init_process_group)")
+    if torch.compiler.is_compiling():
+        raise ValueError("group: whitening across ranks runs outside torch.compile (a collective per call)")
+    if m.dtype != torch.bool and m.numel() and not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
+    keep = m != 0
+    wide = torch.where(keep, x.to(torch.float64), 0)
+    sums = torch.stack([keep.sum(dtype=torch.float64), wide.sum(), (wide * wide).sum()])
+    dist.all_reduce(sums, group=group)
+    n, total, squares = sums.tolist()
+    _check_count(n)
+    mean = total / n
+    var = max(squares - n * mean * mean, 0.0) / (n - 1)
+    out = _apply(x, keep, torch.tensor(mean, dtype=torch.float64), torch.tensor(var, dtype=torch.float64),
+                 shift_mean, eps, zero_skipped)
+    return out.numpy() if numpy_io else out
+
+
 def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, zero_skipped: bool = False,
                 check: bool = True) -> torch.Tensor:
     """The same statistics with torch operations (float64 sums)."""
@@ -129,8 +162,15 @@ def _torch_form(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, 
     wide = x.to(torch.float64)
     mean = torch.where(keep, wide, 0).sum() / n
     var = torch.where(keep, (wide - mean) ** 2, 0).sum() / (n - 1)
+    return _apply(x, keep, mean, var, shift_mean, eps, zero_skipped)
+
+
+def _apply(x: torch.Tensor, keep: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, shift_mean: bool, eps: float,
+           zero_skipped: bool) -> torch.Tensor:
+    """``(x − μ) · rsqrt(σ² + eps)`` (``+ μ`` without ``shift_mean``; 0 where not ``keep`` with
+    ``zero_skipped``), in float32 (float64 for float64 ``x``), in ``x``'s dtype."""
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    mean, scale = mean.to(compute), torch.rsqrt(var + eps).to(compute)
+    mean, scale = mean.to(x.device, compute), torch.rsqrt(var + eps).to(x.device, compute)
     out = (x.to(compute) - mean) * scale
     if not shift_mean:
         out = out + mean

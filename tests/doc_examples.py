@@ -264,9 +264,9 @@ def help_only(command: str):
 def shortest(argv: list, out: str) -> list:
     """``rlscan bench`` as the docs write it, cut to the smallest run that reaches the same code:
     ``--quick``, one op at one shape (no grid where the command times ``--e2e``), into ``out``;
-    its options sorted, so that commands that differ only in their order run once. verl's CPU
-    timing (``tools/verl_timing.py --cpu``) runs its tiny shapes (``--dry``)."""
-    if argv == ["tools/verl_timing.py", "--cpu"]:
+    its options sorted, so that commands that differ only in their order run once. The CPU
+    timings of verl and OpenRLHF run their tiny shapes (``--dry``)."""
+    if argv in (["tools/verl_timing.py", "--cpu"], ["tools/openrlhf_timing.py"]):
         return argv + ["--dry"]
     if argv[:2] != ["rlscan", "bench"]:
         return list(argv)

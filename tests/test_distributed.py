@@ -1,0 +1,146 @@
+"""Whitening across ranks, on ``torch.distributed``'s gloo backend: 2 and 4 processes on
+localhost, each test bounded in time.
+
+Every rank holds a shard of one batch (shards of different lengths; one rank's mask keeps
+nothing). :func:`rlscan.masked_whiten` with ``group=`` must give each rank its shard of
+the concatenated batch's whitening (float64 rounding), through exactly one collective, an
+all-reduce of three float64 scalars, which each rank counts by wrapping
+``torch.distributed``'s collectives. A batch with fewer than two kept positions in all
+raises on every rank alike, and no rank is left waiting.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+TIMEOUT_S = 120
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "all_to_all",
+               "reduce_scatter", "gather", "scatter", "send", "recv", "barrier")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _shards(world: int, dtype, empty_rank: int, kept: float = 0.7):
+    """Each rank's ``(values, mask)``: ``[rows, 64]`` with rows varying by rank; the mask of
+    ``empty_rank`` keeps nothing (``empty_rank = -1``: every rank keeps some)."""
+    g = torch.Generator().manual_seed(7)
+    shards = []
+    for rank in range(world):
+        rows = 3 + 2 * rank
+        x = (torch.randn(rows, 64, generator=g) * 3 + 1.5).to(dtype)
+        m = torch.rand(rows, 64, generator=g) < kept
+        if rank == empty_rank:
+            m[:] = False
+        shards.append((x, m))
+    return shards
+
+
+def _counting(dist, log: list):
+    """Wrap each collective of ``torch.distributed`` to note ``(name, bytes)``; returns the originals."""
+    originals = {}
+    for name in COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if fn is None:
+            continue
+        originals[name] = fn
+
+        def counted(*args, _fn=fn, _name=name, **kwargs):
+            tensor = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("tensor")
+            log.append((_name, 0 if tensor is None else tensor.numel() * tensor.element_size()))
+            return _fn(*args, **kwargs)
+
+        setattr(dist, name, counted)
+    return originals
+
+
+def _worker(rank: int, world: int, port: int, cases: tuple, folder: str) -> None:
+    import datetime
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+        for case in cases:
+            _case(rank, world, case)
+        dist.destroy_process_group()
+        open(os.path.join(folder, f"rank{rank}"), "w").write("ok")
+    except BaseException:
+        open(os.path.join(folder, f"rank{rank}"), "w").write(traceback.format_exc())
+
+
+def _case(rank: int, world: int, case: str) -> None:
+    """One case on this rank; raises where it fails."""
+    import torch.distributed as dist
+
+    from rlscan import masked_whiten
+
+    log: list = []
+    if case == "too_few":
+        shards = _shards(world, torch.float32, empty_rank=-1, kept=0.0)
+        shards[0][1][0, 0] = True  # one kept position in all
+        x, m = shards[rank]
+        originals = _counting(dist, log)
+        try:
+            with pytest.raises(ValueError, match="at least two"):
+                masked_whiten(x, m, group=dist.group.WORLD)
+        finally:
+            for name, fn in originals.items():
+                setattr(dist, name, fn)
+    else:
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}[case]
+        shards = _shards(world, dtype, empty_rank=world - 1)
+        x, m = shards[rank]
+        kwargs = dict(shift_mean=rank % 2 == 0, zero_skipped=rank == 1)
+        numpy_in = dtype == torch.float32 and rank == 0  # numpy in, numpy out
+        originals = _counting(dist, log)
+        try:
+            got = masked_whiten(x.numpy() if numpy_in else x, m, group=dist.group.WORLD, **kwargs)
+        finally:
+            for name, fn in originals.items():
+                setattr(dist, name, fn)
+        got = torch.from_numpy(got) if numpy_in else got
+        whole = masked_whiten(torch.cat([s[0].double().flatten() for s in shards]),
+                              torch.cat([s[1].flatten() for s in shards]), **kwargs)
+        start = sum(s[0].numel() for s in shards[:rank])
+        want = whole[start:start + x.numel()].view(x.shape)
+        assert got.dtype == x.dtype and got.shape == x.shape
+        tol = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 1e-2}[dtype]
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    assert log == [("all_reduce", 3 * 8)], (case, log)
+
+
+def _run(world: int, cases: tuple, tmp_path) -> None:
+    context = mp.start_processes(_worker, args=(world, _free_port(), cases, str(tmp_path)), nprocs=world,
+                                 join=False, start_method="spawn")
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in context.processes:
+                p.kill()
+            pytest.fail(f"{world} ranks did not finish {cases} in {TIMEOUT_S} s")
+    for rank in range(world):
+        text = (tmp_path / f"rank{rank}").read_text()
+        assert text == "ok", f"rank {rank} of {world}:\n{text}"
+
+
+@pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few")), (4, ("bfloat16", "float64"))])
+def test_masked_whiten_across_ranks_is_the_whole_batchs(world, cases, tmp_path):
+    _run(world, cases, tmp_path)
+
+
+def test_group_outside_torch_distributed_is_refused_by_name():
+    import rlscan
+
+    with pytest.raises(ValueError, match="group: torch.distributed is not initialised"):
+        rlscan.masked_whiten(torch.randn(4), torch.ones(4), group=object())

@@ -1,0 +1,145 @@
+"""OpenRLHF's two token loops on the CPU, where its experience maker runs them: OpenRLHF's
+own ``RemoteExperienceMaker.get_advantages_and_returns`` and ``get_cumulative_returns``
+against rlscan.adapters.openrlhf, with the copy floor measured in the same run::
+
+    python tools/openrlhf_timing.py          # 256 x 4096 and 64 x 32768
+    python tools/openrlhf_timing.py --dry    # tiny shapes: checks the script
+
+Float32 rewards (a KL-style term on every token, the score at EOS) and values, a bool
+action mask with EOS padding, γ = 1 and λ = 0.95 as OpenRLHF's defaults. OpenRLHF's loop
+costs the same for each step, so beyond ``LOOP_T`` steps it is timed on the first ``LOOP_T``
+and scaled by ``T / LOOP_T`` (the table says so). Results are checked first, bit for bit.
+Times are medians of ``CALLS`` calls after a first one, rounds interleaved; the copy floor
+is the bytes each call must move over ``Tensor.copy_``'s rate (``rlscan.bench.floors``).
+The machine's other work moves every figure: compare ratios from one run.
+
+:func:`experience_maker` imports OpenRLHF's class where its CUDA-only imports (flash-attn,
+DeepSpeed, vLLM) are not installed; ``integration_tests/test_openrlhf.py`` uses it too.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import statistics
+import sys
+import time
+import types
+
+import torch
+
+CUDA_ONLY = ("flash_attn", "deepspeed", "vllm")
+DRY = "--dry" in sys.argv
+SHAPES = [(4, 64), (2, 256)] if DRY else [(256, 4096), (64, 32768)]
+LOOP_T = 64 if DRY else 4096
+CALLS, LOOP_CALLS = (3, 1) if DRY else (15, 3)
+GAMMA, LAMBD = 1.0, 0.95
+
+
+class _Empty(types.ModuleType):
+    """A module whose every attribute is another empty module: enough for ``from x import y``
+    and a base class at import time, and an error if anything is called."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Empty(f"{self.__name__}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self.__name__} is a CUDA-only module, not installed here")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _CudaOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in CUDA_ONLY:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _Empty(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+def experience_maker():
+    """OpenRLHF's ``RemoteExperienceMaker`` class from the installed wheel. Its module imports
+    flash-attn, DeepSpeed and vLLM, which ship CUDA builds only and which neither loop calls:
+    where they are missing, the import meets an empty module of that name."""
+    missing = [name for name in CUDA_ONLY if importlib.util.find_spec(name) is None]
+    finder = _CudaOnly() if missing else None
+    if finder is not None:
+        sys.meta_path.insert(0, finder)
+    try:
+        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    finally:
+        if finder is not None:
+            sys.meta_path.remove(finder)
+    return RemoteExperienceMaker
+
+
+def batch(B: int, T: int, seed: int = 0):
+    """``(rewards, values, action_mask)`` as the module docstring says."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    rewards = -0.01 * torch.rand(B, T, generator=g)
+    rewards[torch.arange(B), lengths - 1] += torch.randn(B, generator=g)
+    return rewards, torch.randn(B, T, generator=g), mask
+
+
+def _median_s(fn, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> int:
+    from rlscan.adapters import openrlhf
+    from rlscan.bench import floors
+
+    maker = experience_maker()
+    bandwidth = floors.measure(torch.device("cpu"), quick=DRY).bandwidth
+    rows, bad = [], False
+    for B, T in SHAPES:
+        rewards, values, mask = batch(B, T)
+        T_loop = min(T, LOOP_T)
+        prefix = [x[:, :T_loop].contiguous() for x in (rewards, values, mask)]
+        ours = {"gae": lambda: openrlhf.get_advantages_and_returns(values, rewards, mask, GAMMA, LAMBD),
+                "reinforce": lambda: openrlhf.get_cumulative_returns(rewards, mask, GAMMA)}
+        theirs = {"gae": lambda: maker.get_advantages_and_returns(None, prefix[1], prefix[0], prefix[2], GAMMA, LAMBD),
+                  "reinforce": lambda: maker.get_cumulative_returns(None, prefix[0], prefix[2], GAMMA)}
+        # bytes: rewards (and values) and the mask read, the products written and read, the outputs written
+        moved = {"gae": B * T * (4 + 4 + 1 + 2 * 2 * 4 + 2 * 4), "reinforce": B * T * (4 + 1 + 2 * 4 + 4)}
+        for name in ours:
+            want = theirs[name]()
+            got = (openrlhf.get_advantages_and_returns(*[prefix[i] for i in (1, 0, 2)], GAMMA, LAMBD)
+                   if name == "gae" else openrlhf.get_cumulative_returns(prefix[0], prefix[2], GAMMA))
+            same = all(torch.equal(w, x) for w, x in zip(*(((want,), (got,)) if name == "reinforce"
+                                                          else (want, got))))
+            bad |= not same
+            ours[name]()
+            loop_s = _median_s(theirs[name], LOOP_CALLS) * T / T_loop
+            rlscan_s = _median_s(ours[name], CALLS)
+            floor_s = moved[name] / bandwidth
+            rows.append((name, f"{B} × {T}", "ok" if same else "BAD", loop_s, T > T_loop, rlscan_s, floor_s))
+            print(f"{name:10s} {B} x {T}: OpenRLHF {loop_s * 1e3:,.1f} ms, rlscan {rlscan_s * 1e3:,.2f} ms",
+                  flush=True)
+    print("\n| loop | B × T | same | OpenRLHF | rlscan | × OpenRLHF | copy floor | rlscan / floor |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, shape, same, loop_s, scaled, rlscan_s, floor_s in rows:
+        print(f"| {name} | {shape} | {same} | {loop_s * 1e3:,.1f} ms{' *' if scaled else ''} | "
+              f"{rlscan_s * 1e3:,.2f} ms | {loop_s / rlscan_s:,.0f} | {floor_s * 1e3:,.2f} ms | "
+              f"{rlscan_s / floor_s:.2f} |")
+    print(f"\n* timed on the first {LOOP_T} steps and scaled by T / {LOOP_T}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
