@@ -189,12 +189,14 @@ def patch() -> None:
 
 
 def unpatch() -> None:
-    """Put OpenRLHF's own methods back."""
+    """Put OpenRLHF's own methods back, where rlscan's are still in place (a method someone
+    else has set since is left as theirs)."""
     if not _saved:
         return
     maker = _maker_class()
     for name, original in _saved.items():
-        setattr(maker, name, original)
+        if maker.__dict__.get(name) is _METHODS[name]:
+            setattr(maker, name, original)
     _saved.clear()
 
 
