@@ -3,8 +3,9 @@
 The graph is read from the source with ``ast``, not from an import: every ``import`` and
 ``from ... import`` statement counts, at module level or inside a function (an import
 moved into a function to dodge a circle is still a circle), with relative imports resolved
-to module names. A module's own parent packages are not edges: Python imports them first,
-and a package that re-exports its submodules is not a circle.
+to module names, and so does a module named in a string for a lazy import
+(``Ref("rlscan.ops.gae.cpu:run")``). A module's own parent packages are not edges: Python
+imports them first, and a package that re-exports its submodules is not a circle.
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def imports_of(module: str, path: Path, is_package: bool, modules) -> set:
             source = _resolve(module, is_package, node.level, node.module)
             # ``from pkg import sub`` imports the submodule; ``from mod import name`` the module
             names = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("rlscan."):
+            # a module named for a lazy import (rlscan._spec.Ref, Kernel): "rlscan.ops.gae.cpu:run"
+            names = [node.value.partition(":")[0]]
         else:
             continue
         for name in names:
@@ -100,8 +104,9 @@ def test_the_graph_is_read():
     graph = import_graph()
     assert "rlscan._call" in graph and "rlscan.adapters.torchrl" in graph
     assert "rlscan._spec" in graph["rlscan._call"]  # a top-level ``from ._spec import ...``
-    # a function-level ``from . import kernel`` in a sub-package, resolved relative to it
-    assert "rlscan.ops.gae.kernel" in graph["rlscan.ops.gae.op"]
+    # a module named for a lazy import (an OpSpec's Kernel and Ref), and a function-level
+    # ``from . import rows`` in a sub-package, resolved relative to it
+    assert {"rlscan.ops.gae.kernel", "rlscan.ops.gae.cpu", "rlscan.ops.gae.rows"} <= graph["rlscan.ops.gae.op"]
     # ``from .. import _forms`` in a package's __init__ resolves from the package itself
     assert "rlscan.ops._forms" in graph["rlscan.ops._skip"]
 
