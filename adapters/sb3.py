@@ -81,9 +81,9 @@ def _compute_returns_and_advantage(buffer: RolloutBuffer, last_values: torch.Ten
     """
     terminated = _terminated(buffer.episode_starts, dones)
     if _gpu_for(buffer) is None:
-        # On the CPU: returns = Â + V in float32, as SB3. Without out= a repeat call replays the
-        # checks it made for the first call's signature; out= would repeat them on every call,
-        # which costs more than copying into the buffer's own advantages array (filled in place).
+        # On the CPU: returns = Â + V in float32, as SB3. Without out= a repeat call skips the
+        # checks its signature passed on the first call; with out= they run on every call, which
+        # costs more than copying into the buffer's own advantages array (filled in place).
         advantages, returns = rlscan.gae(
             buffer.rewards, buffer.values, bootstrap_value=_host_values(last_values, buffer.values.dtype),
             terminated=terminated, gamma=buffer.gamma, lmbda=buffer.gae_lambda, exact=buffer.rlscan_exact,
