@@ -8,10 +8,11 @@ One line after the runner is built turns it on::
 The adapter changes one object (the contract of :mod:`rlscan.adapters`): ``enable(alg)``,
 ``disable(alg)``, ``is_enabled(alg)``. From then on ``alg.compute_returns(obs)`` computes
 GAE with :func:`rlscan.gae` on the storage's device (a fused Triton scan on the GPU, the
-compiled loop on the CPU) instead of rsl_rl's Python loop over time. Everything around the loop is rsl_rl's, in its order:
-the critic evaluated on ``obs`` for the bootstrap with its recurrent hidden state saved
-and restored, ``advantages = returns − values``, and the normalisation of the advantages
-over the whole rollout unless ``normalize_advantage_per_mini_batch``.
+compiled loop on the CPU) instead of rsl_rl's Python loop over time. Everything around
+the loop is rsl_rl's, in its order: the critic evaluated on ``obs`` for the bootstrap with
+its recurrent hidden state saved and restored, ``advantages = returns − values``, and the
+normalisation of the advantages over the whole rollout unless
+``normalize_advantage_per_mini_batch``.
 
 rsl_rl's storage and rlscan's flags say the same thing: ``dones[t]`` ends the episode
 after step ``t``, and the loop never bootstraps there, because ``process_env_step`` has

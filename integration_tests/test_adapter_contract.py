@@ -27,8 +27,9 @@ FRAMEWORKS = {"sb3": "stable_baselines3", "rsl_rl": "rsl_rl", "torchrl": "torchr
               "verl": None, "cleanrl": None}
 #: adapter -> {older name: the name it is an alias of}
 OLD_NAMES = {
-    "sb3": {"enable_triton_gae": "enable", "disable_triton_gae": "disable", "triton_buffer_class": "rlscan_buffer_class",
-            "TritonRolloutBuffer": "RLScanRolloutBuffer", "TritonDictRolloutBuffer": "RLScanDictRolloutBuffer"},
+    "sb3": {"enable_triton_gae": "enable", "disable_triton_gae": "disable",
+            "triton_buffer_class": "rlscan_buffer_class", "TritonRolloutBuffer": "RLScanRolloutBuffer",
+            "TritonDictRolloutBuffer": "RLScanDictRolloutBuffer"},
     "rsl_rl": {"enable_triton_gae": "enable", "disable_triton_gae": "disable"},
 }
 
