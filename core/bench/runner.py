@@ -339,7 +339,7 @@ def _end_to_end(p: report.Printer, cuda: bool, quick: bool) -> dict:
                      report.fmt_time(r["gae_loop_s"] * 1e6), report.fmt_time(r["gae_rlscan_s"] * 1e6),
                      report.fmt_time(r["rest_of_update_s"] * 1e6), f"{100 * r['share_loop']:.2f}%",
                      f"{100 * r['share_rlscan']:.3f}%", f"×{r['update_speedup']:.3f}"])
-    from rlscan.adapters.baselines import available
+    from .baselines import available
 
     if available("sb3"):
         with p.status("end to end: Stable-Baselines3 PPO (CartPole-v1, CPU)…"):
@@ -373,7 +373,7 @@ def _versions() -> dict:
     import numpy
 
     from rlscan import __version__
-    from rlscan.adapters.baselines import version
+    from .baselines import version
 
     v = dict(rlscan=__version__, torch=torch.__version__, numpy=numpy.__version__, python=platform.python_version(),
              torchrl=version("torchrl"), stable_baselines3=version("sb3"))
