@@ -178,7 +178,7 @@ def parser() -> argparse.ArgumentParser:
 def _plan(args) -> int:
     import torch
 
-    from ._triton.explain import report
+    from .bench.explain import report
 
     n, t = args.shape
     print(report(args.op, n, t, args.layout, getattr(torch, args.dtype), n_sm=args.device_sm,
@@ -190,7 +190,7 @@ def _tune(args) -> int:
     import torch
 
     from ._triton import settings
-    from ._triton.tune import tune, write
+    from .bench.tune import tune, write
     from .bench.warm import default_jobs
 
     if not torch.cuda.is_available():

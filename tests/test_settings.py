@@ -295,7 +295,7 @@ def test_tune_needs_a_gpu(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's tuning loop")
 def test_tune_reorders_by_measured_time_and_writes_a_table_the_matcher_uses(no_user_tables, monkeypatch):
     from rlscan._triton import launch
-    from rlscan._triton.tune import tune, write
+    from rlscan.bench.tune import tune, write
 
     raw = {"format": 1, "gpu": "test", "n_sm": 4, "classes": [
         {"name": "everything", "when": {}, "shape": {"N": 2, "T": 5, "layout": "tn"}, "settings": [
@@ -353,7 +353,7 @@ def test_tune_reorders_by_measured_time_and_writes_a_table_the_matcher_uses(no_u
 
 
 def test_tune_keeps_the_shipped_order_where_the_budget_runs_out(no_user_tables):
-    from rlscan._triton.tune import tune
+    from rlscan.bench.tune import tune
 
     table = settings.validate(minimal_table())
     lines = []
