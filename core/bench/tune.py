@@ -19,7 +19,8 @@ on another op's kernel. Each records the reason "measured on <GPU> by rlscan tun
 ``ratio = time(shipped first) / time(setting)`` (above 1: faster than the shipped choice).
 The shipped settings follow, in their shipped order, for every call the measured groups do
 not cover (and for classes not reached within ``--budget-s``). The table is validated
-before it is written.
+before it is written. The table's policy choices are re-measured by
+:mod:`rlscan.bench.tune_policy`.
 """
 from __future__ import annotations
 
