@@ -432,7 +432,8 @@ def test_plan_prints_the_policy_decisions_a_call_meets(no_user_tables, capsys):
            "warps, 32 tiles per row chained by a look-back of 1 words" in out
     assert cli.main(["plan", "vtrace", "--shape", "512x2048", "--layout", "nt"]) == 0
     out = capsys.readouterr().out
-    assert "state_in_steps_per_warp = 128: the state carried into each step (setting 1, 256 steps per warp: reload" in out
+    assert ("state_in_steps_per_warp = 128: the state carried into each step (setting 1, 256 steps per warp: "
+            "reload") in out
     assert "max_local_bytes = 256" in out and "a limit, not tuned" in out and "gae_" not in out
     assert cli.main(["plan", "retrace", "--shape", "4096x128"]) == 0
     out = capsys.readouterr().out

@@ -243,8 +243,9 @@ def policy_lines(op: str, q: settings.Query, probed: Probed, resolved: list, tab
                          f"{launch.state_in(probed.emit, c, probed.reloadable, per_warp)}" for i, c in tiles)
         lines += _decision(table, "state_in_steps_per_warp", f"the state carried into each step ({ways})")
     if op == "gae":
-        lines += _decision(table, "gae_lambda_min", f"with mask=, a scalar λ >= {policy.value('gae_lambda_min', table)} "
-                                                    "runs the one pass, a smaller one two scans")
+        lambda_min = policy.value("gae_lambda_min", table)
+        lines += _decision(table, "gae_lambda_min",
+                           f"with mask=, a scalar λ >= {lambda_min} runs the one pass, a smaller one two scans")
         min_t = policy.value("gae_row_min_t", table)
         if q.time_contiguous and q.T < min_t:
             lines += _decision(table, "gae_row_min_t", f"with mask=, rows of {q.T} steps run as two lanes of the "

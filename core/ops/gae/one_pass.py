@@ -114,15 +114,17 @@ def _row_tile(T: int, device):
 
 def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
     """The masked GAE over rows contiguous in time (``kernel.masked_rows_kernel``, or its
-    chained form), or ``None`` where the rows are not contiguous in time, their length has
-    no entry in the table's ``gae_row_tiles`` (or is under its ``gae_row_min_t``), or the chained form would need float64 words or run under
-    ``torch.use_deterministic_algorithms`` (the engine's two lanes then run)."""
+    chained form), or ``None`` where the rows are not contiguous in time, their length is
+    under the table's ``gae_row_min_t`` or has no entry in its ``gae_row_tiles``, or the
+    chained form would need float64 words or run under ``torch.use_deterministic_algorithms``
+    (the engine's two lanes then run)."""
     from ..._triton import launch
     from . import kernel
 
     tile = _row_tile(layout.T, r.device)
     series = (r, v, term, mask)
-    if tile is None or layout.T < policy.value("gae_row_min_t", _policy_table(r.device)) or any(x is not None and layout.strides(x)[0] != 1 for x in series):
+    min_t = policy.value("gae_row_min_t", _policy_table(r.device))
+    if tile is None or layout.T < min_t or any(x is not None and layout.strides(x)[0] != 1 for x in series):
         return None
     block_t, warps, lookback = tile
     compute = call.compute_dtype
