@@ -1,4 +1,5 @@
-"""No two rlscan modules import each other, directly or through others.
+"""No two rlscan modules import each other, directly or through others, and no import runs
+back up a layer (the kernel layer, ``rlscan._triton``, never imports ``rlscan.bench``).
 
 The graph is read from the source with ``ast``, not from an import: every ``import`` and
 ``from ... import`` statement counts, at module level or inside a function (an import
@@ -131,3 +132,26 @@ def test_a_cycle_is_found(tmp_path, late):
     }
     cycle = find_cycle(import_graph(files))
     assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"pkg.a", "pkg.b"}
+
+
+#: ``(importer prefix, imported prefix, why)``: layers an import must not run back up
+LAYERS = (("rlscan._triton", "rlscan.bench", "the kernel layer does not import the benchmark harness"),)
+
+
+def layer_violations(graph: dict, layers=LAYERS) -> list:
+    """``"importer -> imported (why)"`` for every edge of ``graph`` that a layer rule forbids."""
+    def under(module, prefix):
+        return module == prefix or module.startswith(prefix + ".")
+
+    return sorted(f"{m} -> {t} ({why})" for low, high, why in layers for m, targets in graph.items()
+                  if under(m, low) for t in targets if under(t, high))
+
+
+def test_the_kernel_layer_does_not_import_the_bench():
+    assert layer_violations(import_graph()) == []
+
+
+def test_a_layer_violation_is_found():
+    graph = {"rlscan._triton.launch": {"rlscan.bench.cases", "rlscan._triton.settings"},
+             "rlscan.bench.tune": {"rlscan._triton.settings"}, "rlscan._triton_extra": {"rlscan.bench"}}
+    assert layer_violations(graph) == [f"rlscan._triton.launch -> rlscan.bench.cases ({LAYERS[0][2]})"]

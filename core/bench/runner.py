@@ -81,8 +81,8 @@ def shapes_for(opts: Options, cuda: bool) -> tuple:
 def subset_note(opts: Options, impl, N: int, T: int) -> Optional[str]:
     """Why the default grid (or ``--quick``) leaves ``impl`` out of this cell, or None."""
     if opts.quick and impl.compiles:
-        return ("--quick leaves torch.compile out: its first call compiles for 4-10 s per op and shape (H100, "
-                "torch 2.11), most of a quick run; the default grid times it")
+        return ("--quick leaves torch.compile out: its first call compiles for seconds per op and shape, most of "
+                "a quick run; the default grid times it")
     if opts.shapes is not None or opts.quick or opts.all_cells:
         return None
     if impl.key in LOOP_KEYS and N not in LOOP_ENVS:
