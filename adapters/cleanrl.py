@@ -18,7 +18,12 @@ CleanRL treats every end as a termination (no bootstrap)::
 
 :func:`gae_with_truncation` is the correct treatment of time limits that the scripts
 leave out: a truncated step bootstraps from the value of the episode's final
-observation. See docs/adapters/cleanrl.md.
+observation.
+
+These are plain functions, without the ``enable``/``patch`` verbs of the other adapters
+(:mod:`rlscan.adapters`): CleanRL has no object or registry that computes its GAE, only
+the loop written into each script, so the script calls rlscan in its place. See
+docs/adapters/cleanrl.md.
 """
 from __future__ import annotations
 

@@ -18,8 +18,12 @@ class, so each learner, in its own process and on its own device, then
 - computes V-trace inside ``compute_loss_for_module`` with :func:`vtrace_torch`
   (:func:`rlscan.vtrace`) instead of RLlib's loop over time.
 
-``unpatch()`` hands out RLlib's own learner classes again; algorithms already built keep
-what they were built with. See docs/adapters/rllib.md.
+``patch()``, ``unpatch()`` and ``is_patched()`` take the framework shape of
+:mod:`rlscan.adapters`. ``unpatch()`` hands out RLlib's own learner classes again;
+algorithms already built keep what they were built with. That is why the V-trace
+dispatch an rlscan learner installs in IMPALA's and APPO's learner modules when it is
+built stays there: it is the built learners', and every other learner reaches RLlib's
+own function through it. See docs/adapters/rllib.md.
 """
 from __future__ import annotations
 
@@ -405,12 +409,14 @@ def learner_class(base: type, *, exact: bool = False) -> type:
 
 # ----------------------------------------------------------------------------- the switch
 
-_STOCK_LEARNER_CLASS = AlgorithmConfig.learner_class
-_patched_exact = None
+# The learner_class property that patch() replaced on AlgorithmConfig (RLlib's own unless
+# someone else had replaced it before); rlscan's property reads the learner class from it.
+_replaced = vars(AlgorithmConfig)["learner_class"]
+_patched_exact = None  # patch(exact=...): the mode of the learner classes handed out; None when unpatched
 
 
 def _patched_learner_class(config):
-    cls = _STOCK_LEARNER_CLASS.fget(config)
+    cls = _replaced.__get__(config, type(config))
     if _patched_exact is None or not _supported(getattr(cls, "_rlscan_base", cls)):
         return cls
     if getattr(cls, "_rlscan_base", None) is not None:
@@ -418,25 +424,37 @@ def _patched_learner_class(config):
     return learner_class(cls, exact=_patched_exact)
 
 
+_PATCHED = property(_patched_learner_class, doc=_replaced.__doc__)
+
+
 def patch(*, exact: bool = False) -> None:
     """Every PPO, IMPALA and APPO algorithm built from now on computes GAE and V-trace with rlscan.
+
+    Replaces the ``learner_class`` property of ``AlgorithmConfig`` by one that hands out
+    :func:`learner_class` of the class RLlib's property names.
 
     Args:
         exact: reproduce RLlib's GAE connector bit for bit (see :class:`RLScanGAE`) and run
             V-trace's scan one step at a time. Calling ``patch`` again changes the mode for
             algorithms built afterwards.
     """
-    global _patched_exact
+    global _patched_exact, _replaced
     _patched_exact = check_bool("exact", exact)
-    AlgorithmConfig.learner_class = property(_patched_learner_class, doc=_STOCK_LEARNER_CLASS.__doc__)
+    if not is_patched():
+        _replaced = vars(AlgorithmConfig)["learner_class"]
+        AlgorithmConfig.learner_class = _PATCHED
 
 
 def unpatch() -> None:
-    """Algorithms built from now on use RLlib's own learners; those already built keep theirs."""
+    """Put back the ``learner_class`` property that :func:`patch` replaced (unless someone else
+    has replaced rlscan's since): algorithms built from now on use RLlib's own learners; those
+    already built keep theirs."""
     global _patched_exact
     _patched_exact = None
-    AlgorithmConfig.learner_class = _STOCK_LEARNER_CLASS
+    if is_patched():
+        AlgorithmConfig.learner_class = _replaced
 
 
 def is_patched() -> bool:
-    return _patched_exact is not None
+    """Whether ``AlgorithmConfig`` hands out rlscan's learner classes now."""
+    return vars(AlgorithmConfig).get("learner_class") is _PATCHED

@@ -2,15 +2,17 @@
 
 One line after the runner is built turns it on::
 
-    from rlscan.adapters.rsl_rl import enable_triton_gae
-    enable_triton_gae(runner.alg)
+    import rlscan.adapters.rsl_rl as rlscan_rsl_rl
+    rlscan_rsl_rl.enable(runner.alg)
 
-From then on ``alg.compute_returns(obs)`` computes GAE with :func:`rlscan.gae` on the
-storage's device (a fused Triton scan on the GPU, the compiled loop on the CPU) instead
-of rsl_rl's Python loop over time. Everything around the loop is rsl_rl's, in its order:
-the critic evaluated on ``obs`` for the bootstrap with its recurrent hidden state saved
-and restored, ``advantages = returns − values``, and the normalisation of the advantages
-over the whole rollout unless ``normalize_advantage_per_mini_batch``.
+The adapter changes one object (the contract of :mod:`rlscan.adapters`): ``enable(alg)``,
+``disable(alg)``, ``is_enabled(alg)``. From then on ``alg.compute_returns(obs)`` computes
+GAE with :func:`rlscan.gae` on the storage's device (a fused Triton scan on the GPU, the
+compiled loop on the CPU) instead of rsl_rl's Python loop over time. Everything around
+the loop is rsl_rl's, in its order: the critic evaluated on ``obs`` for the bootstrap with
+its recurrent hidden state saved and restored, ``advantages = returns − values``, and the
+normalisation of the advantages over the whole rollout unless
+``normalize_advantage_per_mini_batch``.
 
 rsl_rl's storage and rlscan's flags say the same thing: ``dones[t]`` ends the episode
 after step ``t``, and the loop never bootstraps there, because ``process_env_step`` has
@@ -20,7 +22,8 @@ already added ``γ · V(s_t)`` to the reward of each time-out. So::
     bootstrap_value = critic(obs)                         ([N, 1])
     gamma, lmbda    = alg.gamma, alg.lam, rounded as rsl_rl rounds them (to float32)
 
-See docs/adapters/rsl_rl.md.
+Older names, kept as aliases: ``enable_triton_gae`` and ``disable_triton_gae``. See
+docs/adapters/rsl_rl.md.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("rlscan.adapters.rsl_rl needs rsl_rl: pip install 'rlscan[rsl_rl]'") from error
 
-__all__ = ["enable_triton_gae", "disable_triton_gae", "is_enabled"]
+__all__ = ["enable", "disable", "is_enabled", "enable_triton_gae", "disable_triton_gae"]
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -71,12 +74,12 @@ def _check_ppo(alg, caller: str) -> PPO:
 
 
 def is_enabled(alg) -> bool:
-    """Whether ``alg.compute_returns`` is rlscan's."""
-    method = vars(alg).get("compute_returns")
+    """Whether ``alg.compute_returns`` is rlscan's. False for anything else."""
+    method = getattr(alg, "__dict__", {}).get("compute_returns")
     return getattr(method, "__func__", None) is _compute_returns
 
 
-def enable_triton_gae(alg, exact: bool = False):
+def enable(alg, exact: bool = False):
     """Compute ``alg``'s returns and advantages with rlscan from now on; returns ``alg``.
 
     Args:
@@ -90,7 +93,7 @@ def enable_triton_gae(alg, exact: bool = False):
     stores only the models and optimiser, so a new runner needs the line again.
     """
     exact = check_bool("exact", exact)
-    alg = _check_ppo(alg, "enable_triton_gae")
+    alg = _check_ppo(alg, "rlscan.adapters.rsl_rl.enable")
     if type(alg).compute_returns is not PPO.compute_returns:
         raise TypeError(
             f"{type(alg).__qualname__} overrides compute_returns; rlscan replaces rsl_rl's own GAE "
@@ -100,10 +103,12 @@ def enable_triton_gae(alg, exact: bool = False):
         raise TypeError("alg.compute_returns has been replaced by something other than rlscan; not replacing it")
     st = getattr(alg, "storage", None)
     if not isinstance(st, RolloutStorage) or st.training_type != "rl":
-        raise TypeError("enable_triton_gae expects alg.storage to be rsl_rl's RolloutStorage for training_type 'rl'")
+        raise TypeError(
+            "rlscan.adapters.rsl_rl.enable expects alg.storage to be rsl_rl's RolloutStorage for training_type 'rl'"
+        )
     if not hasattr(alg, "critic") or not hasattr(alg.critic, "get_hidden_state"):
         raise TypeError(
-            "enable_triton_gae is written for rsl-rl-lib 5.x, whose PPO has a critic model with "
+            "rlscan.adapters.rsl_rl is written for rsl-rl-lib 5.x, whose PPO has a critic model with "
             "get_hidden_state(); this PPO has none (an older rsl_rl?)"
         )
     for name in ("rewards", "values", "returns"):
@@ -114,10 +119,15 @@ def enable_triton_gae(alg, exact: bool = False):
     return alg
 
 
-def disable_triton_gae(alg):
+def disable(alg):
     """Give ``alg`` back rsl_rl's own loop; returns ``alg``. Without effect if it had it."""
-    alg = _check_ppo(alg, "disable_triton_gae")
+    alg = _check_ppo(alg, "rlscan.adapters.rsl_rl.disable")
     if is_enabled(alg):
         del alg.compute_returns
         del alg.rlscan_exact
     return alg
+
+
+# the older names
+enable_triton_gae = enable
+disable_triton_gae = disable

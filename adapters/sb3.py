@@ -2,13 +2,16 @@
 
 One line turns it on for PPO, A2C and sb3-contrib's RecurrentPPO, MaskablePPO and TRPO::
 
-    from rlscan.adapters.sb3 import enable_triton_gae
-    model = enable_triton_gae(PPO("MlpPolicy", env), exact=True)
+    import rlscan.adapters.sb3 as rlscan_sb3
+    model = rlscan_sb3.enable(PPO("MlpPolicy", env), exact=True)
 
-It swaps the class of ``model.rollout_buffer`` for a subclass (made once per buffer
-class) whose ``compute_returns_and_advantage`` calls :func:`rlscan.gae`; every
-``isinstance`` check on the buffer still passes. The buffer classes can also be given
-at construction: ``PPO(..., rollout_buffer_class=TritonRolloutBuffer)``.
+The adapter changes one object (the contract of :mod:`rlscan.adapters`): ``enable(model)``,
+``disable(model)``, ``is_enabled(model)``. It swaps the class of ``model.rollout_buffer``
+for a subclass (made once per buffer class) whose ``compute_returns_and_advantage`` calls
+:func:`rlscan.gae`; every ``isinstance`` check on the buffer still passes. The buffer
+classes can also be given at construction: ``PPO(..., rollout_buffer_class=RLScanRolloutBuffer)``.
+Which path :func:`rlscan.gae` takes is rlscan's choice: its CPU loop for SB3's host arrays
+unless fast mode sends a large rollout to the GPU (:data:`GPU_MIN_ELEMENTS`).
 
 SB3's loop and rlscan's flags say the same thing: SB3 cuts the trace after step ``t``
 where ``episode_starts[t+1]`` is set (``dones`` after the last step), and never
@@ -19,7 +22,9 @@ bootstraps there, because ``collect_rollouts`` has already added
     terminated[T-1] = dones
     bootstrap_value = last_values
 
-See docs/adapters/sb3.md.
+Older names, kept as aliases: ``enable_triton_gae``, ``disable_triton_gae``,
+``triton_buffer_class``, ``TritonRolloutBuffer``, ``TritonDictRolloutBuffer`` and the
+``Triton*`` sb3-contrib buffers. See docs/adapters/sb3.md.
 """
 from __future__ import annotations
 
@@ -40,20 +45,27 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     ) from error
 
 __all__ = [
+    "enable",
+    "disable",
+    "is_enabled",
+    "rlscan_buffer_class",
+    "RLScanRolloutBuffer",
+    "RLScanDictRolloutBuffer",
+    "GPU_MIN_ELEMENTS",
+    # older names of the above
     "enable_triton_gae",
     "disable_triton_gae",
     "triton_buffer_class",
     "TritonRolloutBuffer",
     "TritonDictRolloutBuffer",
-    "GPU_MIN_ELEMENTS",
 ]
 
 #: Fast mode computes on the GPU when the model lives on a CUDA device and the rollout
 #: holds at least this many ``n_steps × n_envs`` entries; smaller rollouts stay on the
-#: CPU loop. Measured on an H200 host on 2026-11-29: copying SB3's
-#: host buffers to the GPU and back cost more than the CPU loop at every size from 128×1
-#: to 8192×4096 except one (2048×1024, 10% faster), so by default the GPU is never used;
-#: lower it where your machine's copies are faster (docs/adapters/sb3.md).
+#: CPU loop. SB3 keeps its rollout in host numpy arrays, so the GPU pays for copying it
+#: over and the advantages back, which costs more than the CPU loop itself for rollouts of
+#: every usual size: by default the GPU is never used. Lower it where your machine's
+#: host-device copies are cheaper (docs/adapters/sb3.md has the measurements).
 GPU_MIN_ELEMENTS = 1 << 62
 
 
@@ -69,9 +81,9 @@ def _compute_returns_and_advantage(buffer: RolloutBuffer, last_values: torch.Ten
     """
     terminated = _terminated(buffer.episode_starts, dones)
     if _gpu_for(buffer) is None:
-        # On the CPU: returns = Â + V in float32, as SB3. Without out= a repeat call replays its
-        # checked signature (rlscan._fast); copying into the buffer's own advantages array
-        # (filled in place) costs less than the checks that out= repeats on every call.
+        # On the CPU: returns = Â + V in float32, as SB3. Without out= a repeat call skips the
+        # checks its signature passed on the first call; with out= they run on every call, which
+        # costs more than copying into the buffer's own advantages array (filled in place).
         advantages, returns = rlscan.gae(
             buffer.rewards, buffer.values, bootstrap_value=_host_values(last_values, buffer.values.dtype),
             terminated=terminated, gamma=buffer.gamma, lmbda=buffer.gae_lambda, exact=buffer.rlscan_exact,
@@ -90,9 +102,9 @@ def _subclass(base: type, name: str) -> type:
     ``base`` can be given it by ``buffer.__class__ = ...``.
     """
 
-    class Triton(base):
+    class RLScanBuffer(base):
         _rlscan_base = base  # the SB3 class extended
-        rlscan_exact = False  # exact mode (see enable_triton_gae)
+        rlscan_exact = False  # exact mode (see enable)
 
         def __init__(self, *args, exact: bool = False, **kwargs):
             super().__init__(*args, **kwargs)
@@ -101,42 +113,46 @@ def _subclass(base: type, name: str) -> type:
         def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
             _compute_returns_and_advantage(self, last_values, dones)
 
-    Triton.__name__ = Triton.__qualname__ = name
-    Triton.__doc__ = (
+    RLScanBuffer.__name__ = RLScanBuffer.__qualname__ = name
+    RLScanBuffer.__doc__ = (
         f"{base.__qualname__} with rlscan's GAE: ``rollout_buffer_class={name}``, "
         "and ``rollout_buffer_kwargs={'exact': True}`` for exact mode."
     )
-    Triton.compute_returns_and_advantage.__doc__ = _compute_returns_and_advantage.__doc__
-    return Triton
+    RLScanBuffer.compute_returns_and_advantage.__doc__ = _compute_returns_and_advantage.__doc__
+    return RLScanBuffer
 
 
-def _is_triton(cls: type) -> bool:
+def _is_rlscan(cls: type) -> bool:
     return getattr(cls, "_rlscan_base", None) is not None
 
 
-TritonRolloutBuffer = _subclass(RolloutBuffer, "TritonRolloutBuffer")
-TritonDictRolloutBuffer = _subclass(DictRolloutBuffer, "TritonDictRolloutBuffer")
+RLScanRolloutBuffer = _subclass(RolloutBuffer, "RLScanRolloutBuffer")
+RLScanDictRolloutBuffer = _subclass(DictRolloutBuffer, "RLScanDictRolloutBuffer")
 
-_SUBCLASSES: dict = {RolloutBuffer: TritonRolloutBuffer, DictRolloutBuffer: TritonDictRolloutBuffer}
+_SUBCLASSES: dict = {RolloutBuffer: RLScanRolloutBuffer, DictRolloutBuffer: RLScanDictRolloutBuffer}
 
 # sb3-contrib is optional: its buffers' subclasses are made when first named.
 _CONTRIB_BASES = {
-    "TritonMaskableRolloutBuffer": ("sb3_contrib.common.maskable.buffers", "MaskableRolloutBuffer"),
-    "TritonMaskableDictRolloutBuffer": ("sb3_contrib.common.maskable.buffers", "MaskableDictRolloutBuffer"),
-    "TritonRecurrentRolloutBuffer": ("sb3_contrib.common.recurrent.buffers", "RecurrentRolloutBuffer"),
-    "TritonRecurrentDictRolloutBuffer": ("sb3_contrib.common.recurrent.buffers", "RecurrentDictRolloutBuffer"),
+    "RLScanMaskableRolloutBuffer": ("sb3_contrib.common.maskable.buffers", "MaskableRolloutBuffer"),
+    "RLScanMaskableDictRolloutBuffer": ("sb3_contrib.common.maskable.buffers", "MaskableDictRolloutBuffer"),
+    "RLScanRecurrentRolloutBuffer": ("sb3_contrib.common.recurrent.buffers", "RecurrentRolloutBuffer"),
+    "RLScanRecurrentDictRolloutBuffer": ("sb3_contrib.common.recurrent.buffers", "RecurrentDictRolloutBuffer"),
 }
+_OLD_PREFIX, _PREFIX = "Triton", "RLScan"  # the classes' older names: TritonRolloutBuffer, ...
 
 
 def __getattr__(name: str):
-    """``TritonMaskableRolloutBuffer`` and the other sb3-contrib buffers, by name.
+    """``RLScanMaskableRolloutBuffer`` and the other sb3-contrib buffers, by name (or by
+    their older ``Triton*`` names).
 
-    Naming them here also lets pickle (and so ``model.save``) find them by reference.
+    Naming them here also lets pickle (and so ``model.save``) find them by reference, and a
+    model saved under an older name load.
     """
-    if name not in _CONTRIB_BASES:
+    current = _PREFIX + name[len(_OLD_PREFIX):] if name.startswith(_OLD_PREFIX) else name
+    if current not in _CONTRIB_BASES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, base = _CONTRIB_BASES[name]
-    return triton_buffer_class(getattr(importlib.import_module(module), base))
+    module, base = _CONTRIB_BASES[current]
+    return rlscan_buffer_class(getattr(importlib.import_module(module), base))
 
 
 def _check_base(base) -> None:
@@ -149,17 +165,18 @@ def _check_base(base) -> None:
         )
 
 
-def triton_buffer_class(base: type) -> type:
-    """The subclass of the rollout buffer class ``base`` whose GAE runs in rlscan.
+def rlscan_buffer_class(base: type) -> type:
+    """The subclass of the rollout buffer class ``base`` whose GAE runs in rlscan,
+    named ``RLScan<base's name>``.
 
     Made once per ``base`` and cached, so every buffer of one class gets the same
     subclass. Classes that already use rlscan's GAE are returned as they are.
     """
-    if isinstance(base, type) and _is_triton(base):
+    if isinstance(base, type) and _is_rlscan(base):
         return base
     _check_base(base)
     if base not in _SUBCLASSES:
-        _SUBCLASSES[base] = _subclass(base, f"Triton{base.__name__}")
+        _SUBCLASSES[base] = _subclass(base, f"{_PREFIX}{base.__name__}")
     return _SUBCLASSES[base]
 
 
@@ -184,7 +201,7 @@ def _rollout_buffer(model, caller: str) -> RolloutBuffer:
     raise TypeError(f"{expected}; got {type(model).__name__} whose rollout_buffer is {type(buffer).__name__}")
 
 
-def enable_triton_gae(model, *, exact: bool = False):
+def enable(model, *, exact: bool = False):
     """Compute ``model``'s GAE with rlscan from now on; returns ``model``.
 
     Args:
@@ -195,32 +212,47 @@ def enable_triton_gae(model, *, exact: bool = False):
             (float32 rounding differences); otherwise the same CPU loop runs.
             ``rlscan.set_backend("cpu")`` or ``("triton")`` overrides the choice.
 
-    The switch lives on the buffer object: ``model.save`` does not store it, and a
-    loaded model needs ``enable_triton_gae`` again (or was built with
-    ``rollout_buffer_class=TritonRolloutBuffer``, which is saved).
+    Calling it again changes the mode. The switch lives on the buffer object:
+    ``model.save`` does not store it, and a loaded model needs ``enable`` again (or was
+    built with ``rollout_buffer_class=RLScanRolloutBuffer``, which is saved).
     """
     exact = check_bool("exact", exact)
-    buffer = _rollout_buffer(model, "enable_triton_gae")
-    buffer.__class__ = triton_buffer_class(type(buffer))
+    buffer = _rollout_buffer(model, "rlscan.adapters.sb3.enable")
+    buffer.__class__ = rlscan_buffer_class(type(buffer))
     buffer.rlscan_exact = exact
     return model
 
 
-def disable_triton_gae(model):
+def disable(model):
     """Give ``model`` back SB3's own GAE loop; returns ``model``. Without effect if it had it."""
-    buffer = _rollout_buffer(model, "disable_triton_gae")
+    buffer = _rollout_buffer(model, "rlscan.adapters.sb3.disable")
     cls = type(buffer)
-    if not _is_triton(cls):
+    if not _is_rlscan(cls):
         return model
     if _SUBCLASSES.get(cls._rlscan_base) is not cls:
         raise TypeError(
             f"the rollout buffer's class {cls.__qualname__} extends rlscan's "
             f"{_SUBCLASSES[cls._rlscan_base].__qualname__}; "
-            "disable_triton_gae can only undo rlscan's own buffer classes"
+            "disable can only undo rlscan's own buffer classes"
         )
     buffer.__class__ = cls._rlscan_base
     buffer.__dict__.pop("rlscan_exact", None)
     return model
+
+
+def is_enabled(model) -> bool:
+    """Whether rlscan computes ``model``'s GAE now: its rollout buffer's class is one of
+    rlscan's (or a subclass of one). False for anything without a rollout buffer."""
+    buffer = getattr(model, "rollout_buffer", None)
+    return isinstance(buffer, RolloutBuffer) and _is_rlscan(type(buffer))
+
+
+# the older names
+enable_triton_gae = enable
+disable_triton_gae = disable
+triton_buffer_class = rlscan_buffer_class
+TritonRolloutBuffer = RLScanRolloutBuffer
+TritonDictRolloutBuffer = RLScanDictRolloutBuffer
 
 
 # ----------------------------------------------------------------------------- the computation

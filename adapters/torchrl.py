@@ -10,6 +10,9 @@ time is rlscan's (a fused Triton scan on the GPU, a compiled loop on the CPU)::
 
     rlscan_torchrl.patch()   # or: every loss that builds GAE / TD(λ) / TD(1) / V-trace gets rlscan's
 
+``patch()``, ``unpatch()`` and ``is_patched()`` change TorchRL's estimator registry (the
+framework shape of :mod:`rlscan.adapters`).
+
 =====================  =========================  ============================
 this module            TorchRL class              rlscan op
 =====================  =========================  ============================
@@ -264,5 +267,5 @@ def unpatch() -> None:
 
 
 def is_patched() -> bool:
-    """Whether the registry currently hands out rlscan's estimators."""
+    """Whether the registry hands out rlscan's estimators now, for all four keys."""
     return _torchrl_registry.registered(_DROP_INS)

@@ -15,6 +15,9 @@ releases ``SUPPORTED_VERL`` (:func:`patch` refuses others: REINFORCE++ differs b
 verl computes advantages on its driver process, from CPU tensors: there the estimators run
 rlscan's CPU path; on a GPU, the Triton path.
 
+``patch()``, ``unpatch()`` and ``is_patched()`` change verl's registry and module functions
+(the framework shape of :mod:`rlscan.adapters`).
+
 ``m`` is the response mask (1 on the response's tokens; 0 after EOS and over the observation
 tokens of a multi-turn rollout). The token estimators, one recurrence per response:
 
@@ -68,7 +71,8 @@ from . import _verl_groups
 __all__ = ["compute_gae_advantage_return", "compute_reinforce_plus_plus_outcome_advantage",
            "compute_grpo_outcome_advantage", "compute_grpo_passk_outcome_advantage",
            "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_rloo_outcome_advantage",
-           "compute_opo_outcome_advantage", "compute_gpg_outcome_advantage", "patch", "unpatch", "SUPPORTED_VERL"]
+           "compute_opo_outcome_advantage", "compute_gpg_outcome_advantage", "patch", "unpatch", "is_patched",
+           "SUPPORTED_VERL"]
 
 #: The verl releases whose estimators these are (pip's specifier). REINFORCE++ carried the
 #: running return through masked steps from 0.9.0 on; 0.8 reset it after each.
@@ -258,14 +262,15 @@ def _mean_and_std(groups, scores, std: bool = True):
 
 def _kept_per_row(mask) -> torch.Tensor:
     """Each response's count of kept tokens (of a 0/1 mask), float64. Summed in the mask's
-    own dtype: ``sum(dtype=torch.float64)`` converted element by element, 7 times slower."""
+    own dtype and the ``[B]`` counts widened after: ``sum(dtype=torch.float64)`` would
+    convert each of the ``[B, T]`` elements first."""
     return mask.sum(dim=-1).to(torch.float64)
 
 
 def _broadcast(scalars: torch.Tensor, mask: torch.Tensor):
     """``a_i · m_{i,t}`` in the product's dtype, as both results (verl returns one tensor twice):
-    on the CPU one row loop writes it (torch's product faulted its fresh pages in at a fifth
-    of the copy rate), elsewhere torch's product."""
+    on the CPU one row loop writes it, because torch's product fills its fresh output far
+    below the copy rate (page faults); elsewhere torch's product."""
     out = _cpu_rows.broadcast(scalars, mask)
     if out is None:
         out = scalars.unsqueeze(-1) * mask
@@ -398,6 +403,9 @@ _ESTIMATORS = {
     "OPO": ("opo", "compute_opo_outcome_advantage", compute_opo_outcome_advantage),
     "GPG": ("gpg", "compute_gpg_outcome_advantage", compute_gpg_outcome_advantage),
 }
+_ABSENT = object()  # an attribute or registry entry that was not there before patch()
+# (where, name) -> (what patch() replaced, rlscan's function put there): where is "attr" for
+# core_algos' module functions and "registry" for ADV_ESTIMATOR_REGISTRY's entries
 _saved: dict = {}
 
 
@@ -420,6 +428,35 @@ def _registry_name(core_algos, member: str, default: str) -> str:
     return getattr(getattr(enum, member, None), "value", default)
 
 
+def _places(core_algos):
+    """``((where, name), rlscan's function)`` for every place :func:`patch` writes."""
+    for member, (default, attr, fn) in _ESTIMATORS.items():
+        yield ("attr", attr), fn
+        if getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", None) is not None:
+            yield ("registry", _registry_name(core_algos, member, default)), fn
+
+
+def _get(core_algos, place):
+    where, name = place
+    if where == "attr":
+        return getattr(core_algos, name, _ABSENT)
+    return core_algos.ADV_ESTIMATOR_REGISTRY.get(name, _ABSENT)
+
+
+def _put(core_algos, place, value) -> None:
+    where, name = place
+    if where == "attr":
+        if value is _ABSENT:
+            delattr(core_algos, name)
+        else:
+            setattr(core_algos, name, value)
+    elif value is _ABSENT:
+        core_algos.ADV_ESTIMATOR_REGISTRY.pop(name, None)
+    else:
+        # register_adv_est refuses to replace an entry, so the registry is written directly
+        core_algos.ADV_ESTIMATOR_REGISTRY[name] = value
+
+
 def patch(*, exact: bool = False) -> None:
     """Make verl's estimators rlscan's: ``gae``, ``reinforce_plus_plus``, ``grpo``,
     ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``opo`` and ``gpg``.
@@ -438,34 +475,25 @@ def patch(*, exact: bool = False) -> None:
     _exact = exact
     if _saved:
         return
-    registry = getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", None)
-    for member, (default, attr, fn) in _ESTIMATORS.items():
-        name = _registry_name(core_algos, member, default)
-        _saved[("attr", attr)] = getattr(core_algos, attr, None)
-        setattr(core_algos, attr, fn)
-        if registry is not None:
-            # register_adv_est refuses to replace an entry, so the registry is written directly
-            _saved[("registry", name)] = registry.get(name)
-            registry[name] = fn
+    for place, fn in list(_places(core_algos)):
+        _saved[place] = (_get(core_algos, place), fn)
+        _put(core_algos, place, fn)
 
 
 def unpatch() -> None:
-    """Put verl's own estimators back."""
+    """Put back verl's own estimators: each place :func:`patch` wrote gets what it held
+    before, unless someone else has replaced rlscan's function there since."""
     global _exact
     _exact = False
     if not _saved:
         return
     core_algos = _core_algos()
-    registry = getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", None)
-    for (kind, key), original in list(_saved.items()):
-        if kind == "attr":
-            if original is None:
-                delattr(core_algos, key)
-            else:
-                setattr(core_algos, key, original)
-        elif registry is not None:
-            if original is None:
-                registry.pop(key, None)
-            else:
-                registry[key] = original
+    for place, (original, fn) in _saved.items():
+        if _get(core_algos, place) is fn:
+            _put(core_algos, place, original)
     _saved.clear()
+
+
+def is_patched() -> bool:
+    """Whether verl hands out rlscan's estimators now, in its registry and in ``core_algos``."""
+    return bool(_saved) and all(_get(_core_algos(), place) is fn for place, (_, fn) in _saved.items())

@@ -5,35 +5,25 @@ docs/semantics.md for the equations and docs/api.md for the calls.
 """
 from . import reference
 from ._backend import get_backend, set_backend, use_backend
-from .ops.discounted_returns import discounted_returns
-from .ops.eligibility_traces import eligibility_traces
-from .ops.episodic_cumsum import episodic_cumsum
-from .ops.gae import GAEOutput, gae
-from .ops.linear_scan import linear_scan
-from .ops.retrace import RetraceOutput, retrace, retrace_from_q
-from .ops.td_lambda import td_lambda
-from .ops.vtrace import VTraceOutput, vtrace
+from .ops import REGISTRY
 from .whiten import masked_whiten
 
 __version__ = "0.1.0"
 
+# the ops, from the registry: each op's function, then its output type where it has one
+_OPS: dict = {}
+for _op in REGISTRY:
+    _OPS.update(_op.namespace())
+globals().update(_OPS)
+
 __all__ = [
-    "gae",
-    "td_lambda",
-    "discounted_returns",
-    "vtrace",
-    "retrace",
-    "retrace_from_q",
-    "eligibility_traces",
-    "episodic_cumsum",
-    "linear_scan",
+    *(op.name for op in REGISTRY),
     "masked_whiten",
-    "GAEOutput",
-    "VTraceOutput",
-    "RetraceOutput",
+    *(name for name in _OPS if name not in REGISTRY.names()),
     "get_backend",
     "set_backend",
     "use_backend",
     "reference",
     "__version__",
 ]
+del _op, _OPS

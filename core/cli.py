@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Optional, Sequence
 
 DTYPES = {"float32": "float32", "fp32": "float32", "f32": "float32", "float16": "float16", "fp16": "float16",
@@ -160,8 +161,9 @@ def parser() -> argparse.ArgumentParser:
         "tune", help="re-measure the launch settings table on this GPU and write it",
         description="For each shape class of the launch settings table, at its representative shape, time the "
                     "class's settings and the alternatives of the same kernel family by CUDA-graph device time "
-                    "(each result checked against the float64 truth first), reorder them by measured time and "
-                    "write the table. rlscan reads it on this GPU from then on (docs/tuning.md).")
+                    "(each result checked against the float64 truth first), reorder them by measured time, then "
+                    "re-measure the candidates of the table's policy choices (without --classes), and write the "
+                    "table. rlscan reads it on this GPU from then on (docs/tuning.md).")
     _add_ops(t, CASES, what=" to time")
     t.add_argument("--budget-s", type=_positive(float), default=1800.0, dest="budget_s",
                    help="seconds to spend (default 1800); classes not reached keep their shipped order")
@@ -178,7 +180,7 @@ def parser() -> argparse.ArgumentParser:
 def _plan(args) -> int:
     import torch
 
-    from ._triton.explain import report
+    from .bench.explain import report
 
     n, t = args.shape
     print(report(args.op, n, t, args.layout, getattr(torch, args.dtype), n_sm=args.device_sm,
@@ -190,7 +192,8 @@ def _tune(args) -> int:
     import torch
 
     from ._triton import settings
-    from ._triton.tune import tune, write
+    from .bench.tune import device_clock, tune, write
+    from .bench.tune_policy import tune_policy
     from .bench.warm import default_jobs
 
     if not torch.cuda.is_available():
@@ -208,9 +211,13 @@ def _tune(args) -> int:
         print(f"rlscan tune: --classes must be among 0..{len(table.classes) - 1}", file=sys.stderr)
         return 2
     print(f"rlscan tune: {name} ({n_sm} SMs), starting from {table.path}, budget {args.budget_s:.0f} s", flush=True)
+    start = time.monotonic()
+    progress = lambda line: print(line, flush=True)  # noqa: E731
     raw = tune(table, ops=args.ops, device=torch.device("cuda"), gpu=name, n_sm=n_sm, budget_s=args.budget_s,
-               classes=classes, progress=lambda line: print(line, flush=True),
-               jobs=args.jobs or default_jobs())
+               classes=classes, progress=progress, jobs=args.jobs or default_jobs())
+    if classes is None:  # the policy's choices too, in the budget left
+        raw = tune_policy(table, raw, device=torch.device("cuda"), gpu=name, clock=device_clock, progress=progress,
+                          budget_s=max(0.0, args.budget_s - (time.monotonic() - start)))
     path = write(raw, args.out or settings.cache_path(name))
     print(f"wrote {path}; `rlscan plan OP --shape NxT` shows what it chooses")
     return 0

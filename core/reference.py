@@ -11,14 +11,7 @@ import numpy as np
 import torch
 
 from ._reference import as_f64
-from .ops.discounted_returns import reference as _discounted_returns
-from .ops.eligibility_traces import reference as _eligibility_traces
-from .ops.episodic_cumsum import reference as _episodic_cumsum
-from .ops.gae import reference as _gae
-from .ops.linear_scan import reference as _linear_scan
-from .ops.retrace import reference as _retrace
-from .ops.td_lambda import reference as _td_lambda
-from .ops.vtrace import reference as _vtrace
+from .ops import REGISTRY
 
 
 def _quiet(fn):
@@ -32,15 +25,7 @@ def _quiet(fn):
     return reference
 
 
-gae = _quiet(_gae.gae)
-td_lambda = _quiet(_td_lambda.td_lambda)
-discounted_returns = _quiet(_discounted_returns.discounted_returns)
-vtrace = _quiet(_vtrace.vtrace)
-retrace = _quiet(_retrace.retrace)
-retrace_from_q = _quiet(_retrace.retrace_from_q)
-eligibility_traces = _quiet(_eligibility_traces.eligibility_traces)
-episodic_cumsum = _quiet(_episodic_cumsum.episodic_cumsum)
-linear_scan = _quiet(_linear_scan.linear_scan)
+globals().update({op.name: _quiet(op.ref) for op in REGISTRY})
 
 
 @_quiet
@@ -62,7 +47,4 @@ def masked_whiten(values, mask, *, shift_mean=True, eps=1e-8, zero_skipped=False
     return torch.from_numpy(out)
 
 
-__all__ = [
-    "gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
-    "eligibility_traces", "episodic_cumsum", "linear_scan", "masked_whiten",
-]
+__all__ = [*REGISTRY.names(), "masked_whiten"]

@@ -181,7 +181,7 @@ def test_synthetic_ppo_update_shares_add_up():
     assert r["update_speedup"] == pytest.approx((loop + rest) / (fast + rest))
 
 
-@pytest.mark.skipif(not __import__("rlscan.adapters.baselines", fromlist=["available"]).available("sb3"),
+@pytest.mark.skipif(not __import__("rlscan.bench.baselines", fromlist=["available"]).available("sb3"),
                     reason="stable-baselines3 is not installed")
 def test_sb3_ppo_breakdown_and_rlscan_on_its_buffer():
     from rlscan.bench import e2e

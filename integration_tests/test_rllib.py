@@ -228,16 +228,19 @@ def test_learner_class():
         adapter.learner_class(dict)
 
 
-def test_patch_and_unpatch_choose_the_learner_class():
+def test_patch_chooses_the_learner_class():
+    """What the patched configs hand out (the contract's round trip, unpatch() included, is
+    test_adapter_contract.py's)."""
     try:
         adapter.patch()
         assert PPOConfig().learner_class is adapter.learner_class(PPOTorchLearner)
         assert IMPALAConfig().learner_class.__name__ == "RLScanIMPALATorchLearner"
         adapter.patch(exact=True)
         assert APPOConfig().learner_class.__name__ == "RLScanAPPOTorchLearnerExact"
+        chosen = PPOConfig().learners(learner_class=adapter.learner_class(PPOTorchLearner))
+        assert chosen.learner_class is adapter.learner_class(PPOTorchLearner)  # the user's choice, and its mode
     finally:
         adapter.unpatch()
-    assert PPOConfig().learner_class is PPOTorchLearner and not adapter.is_patched()
 
 
 # ----------------------------------------------------------------------------- a real local Ray

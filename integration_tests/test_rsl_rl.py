@@ -18,74 +18,15 @@ import torch
 pytest.importorskip("rsl_rl")
 
 from rsl_rl.algorithms import PPO  # noqa: E402
-from rsl_rl.env import VecEnv  # noqa: E402
 from rsl_rl.runners import OnPolicyRunner  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
 import rlscan  # noqa: E402
 from rlscan._backend import interpreting  # noqa: E402
 from rlscan.adapters import rsl_rl as adapter  # noqa: E402
-
-OBS, ACTIONS = 3, 2
+from rsl_rl_env import OBS, make_runner, train_cfg  # noqa: E402  (this folder's rsl_rl world)
 
 TRITON = pytest.mark.skipif(not interpreting(), reason="needs TRITON_INTERPRET=1 on CPU")
-
-
-class PointMass(VecEnv):
-    """``num_envs`` point masses pushed towards the origin: ``s' = 0.9 s + 0.2 [a, 0] + noise``,
-    reward ``−|s|² − 0.01 |a|²``; an episode terminates when ``|s|_∞ > 2`` and times out after
-    ``max_episode_length`` steps. Its own generator makes the dynamics repeatable."""
-
-    def __init__(self, num_envs: int = 8, max_episode_length: int = 7, seed: int = 0):
-        self.num_envs, self.num_actions = num_envs, ACTIONS
-        self.max_episode_length = max_episode_length
-        self.device, self.cfg = "cpu", {}
-        self.generator = torch.Generator().manual_seed(seed)
-        self.state = self._fresh(num_envs)
-        # staggered starts, so that time-outs fall on different steps
-        self.episode_length_buf = torch.arange(num_envs) % max_episode_length
-
-    def _fresh(self, n: int) -> torch.Tensor:
-        return 1.5 * torch.randn(n, OBS, generator=self.generator)
-
-    def get_observations(self) -> TensorDict:
-        return TensorDict({"policy": self.state.clone()}, batch_size=[self.num_envs])
-
-    def step(self, actions: torch.Tensor):
-        a = actions.clamp(-3, 3)
-        push = torch.cat([a, torch.zeros(self.num_envs, OBS - ACTIONS)], dim=1)
-        noise = 0.05 * torch.randn(self.num_envs, OBS, generator=self.generator)
-        self.state = 0.9 * self.state + 0.2 * push + noise
-        rewards = -(self.state**2).sum(1) - 0.01 * (a**2).sum(1)
-        self.episode_length_buf += 1
-        terminated = self.state.abs().amax(1) > 2.0
-        time_outs = (self.episode_length_buf >= self.max_episode_length) & ~terminated
-        dones = terminated | time_outs
-        self.state[dones] = self._fresh(int(dones.sum()))
-        self.episode_length_buf[dones] = 0
-        return self.get_observations(), rewards, dones.long(), {"time_outs": time_outs, "log": {}}
-
-
-def train_cfg(model: str = "MLPModel", rnn_type: str = "lstm", **algorithm) -> dict:
-    net = {"class_name": model, "hidden_dims": [16], "activation": "elu"}
-    if model == "RNNModel":
-        net.update(rnn_type=rnn_type, rnn_hidden_dim=8)
-    return {
-        "num_steps_per_env": 6,
-        "save_interval": 1000,
-        "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
-        "algorithm": {
-            "class_name": "PPO", "num_learning_epochs": 2, "num_mini_batches": 2, "gamma": 0.98, "lam": 0.9,
-            "learning_rate": 3e-3, "schedule": "fixed", **algorithm,
-        },
-        "actor": {**net, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
-        "critic": net,
-    }
-
-
-def make_runner(cfg: dict, seed: int = 0, num_envs: int = 8) -> OnPolicyRunner:
-    torch.manual_seed(seed)
-    return OnPolicyRunner(PointMass(num_envs, seed=seed), copy.deepcopy(cfg), log_dir=None, device="cpu")
 
 
 @pytest.fixture
@@ -137,7 +78,7 @@ def test_exact_is_rsl_rl_bit_for_bit(gamma, lam, per_mini_batch, backend, gae_ca
     For (0.98, 0.9) and (0.995, 0.41), rsl_rl's ``fl32(γ₃₂ λ₃₂)`` is not ``fl32(γλ)``."""
     N = 5
     stock = filled_alg(N=N, gamma=gamma, lam=lam, normalize_advantage_per_mini_batch=per_mini_batch)
-    ours = adapter.enable_triton_gae(copy.deepcopy(stock), exact=True)
+    ours = adapter.enable(copy.deepcopy(stock), exact=True)
     obs = observations(N)
     expected = returns_of(stock, obs)
     with rlscan.use_backend(backend):
@@ -151,7 +92,7 @@ def test_exact_is_rsl_rl_bit_for_bit(gamma, lam, per_mini_batch, backend, gae_ca
 @TRITON
 def test_fast_mode_close():
     stock = filled_alg(T=12, N=6)
-    ours = adapter.enable_triton_gae(copy.deepcopy(stock))
+    ours = adapter.enable(copy.deepcopy(stock))
     obs = observations(6)
     expected = returns_of(stock, obs)
     with rlscan.use_backend("triton"):
@@ -171,7 +112,7 @@ def test_float64_storage(gamma, lam):
     finally:
         torch.set_default_dtype(default)
     assert stock.storage.values.dtype == torch.float64
-    ours = adapter.enable_triton_gae(copy.deepcopy(stock), exact=True)
+    ours = adapter.enable(copy.deepcopy(stock), exact=True)
     obs = observations().apply(lambda x: x.double())
     for a, b in zip(returns_of(ours, obs), returns_of(stock, obs)):
         assert torch.equal(a, b)
@@ -184,7 +125,7 @@ def test_recurrent_critic_state_is_kept(rnn_type):
     obs = observations()
     with torch.no_grad():
         stock.act(obs)  # a hidden state exists now
-    ours = adapter.enable_triton_gae(copy.deepcopy(stock), exact=True)
+    ours = adapter.enable(copy.deepcopy(stock), exact=True)
     before = copy.deepcopy(ours.critic.get_hidden_state())
     for a, b in zip(returns_of(ours, obs), returns_of(stock, obs)):
         assert torch.equal(a, b)
@@ -208,7 +149,7 @@ def parameters(runner: OnPolicyRunner) -> dict:
 def train(cfg: dict, iterations: int, enable=None, backend="cpu") -> dict:
     runner = make_runner(cfg)
     if enable is not None:
-        adapter.enable_triton_gae(runner.alg, **enable)
+        adapter.enable(runner.alg, **enable)
     with rlscan.use_backend(backend):
         runner.learn(iterations)
     return parameters(runner)
@@ -246,23 +187,12 @@ def test_training_fast_mode_close(gae_calls):
 # ----------------------------------------------------------------------------- the switch
 
 
-def test_enable_disable_and_mode():
-    runner = make_runner(train_cfg())
-    alg = runner.alg
-    assert adapter.enable_triton_gae(alg) is alg and adapter.is_enabled(alg) and alg.rlscan_exact is False
-    adapter.enable_triton_gae(alg, exact=True)
-    assert alg.rlscan_exact is True
-    assert adapter.disable_triton_gae(alg) is alg and not adapter.is_enabled(alg)
-    assert alg.compute_returns.__func__ is PPO.compute_returns and not hasattr(alg, "rlscan_exact")
-    adapter.disable_triton_gae(alg)  # nothing to undo
-
-
 def test_refusals():
     runner = make_runner(train_cfg())
     with pytest.raises(TypeError, match="runner.alg"):
-        adapter.enable_triton_gae(runner)
+        adapter.enable(runner)
     with pytest.raises(TypeError, match="exact must be a bool"):
-        adapter.enable_triton_gae(runner.alg, exact=1)
+        adapter.enable(runner.alg, exact=1)
 
     class OwnReturns(PPO):
         def compute_returns(self, obs):
@@ -271,16 +201,16 @@ def test_refusals():
     alg = copy.deepcopy(runner.alg)
     alg.__class__ = OwnReturns
     with pytest.raises(TypeError, match="overrides compute_returns"):
-        adapter.enable_triton_gae(alg)
+        adapter.enable(alg)
     alg = copy.deepcopy(runner.alg)
     alg.compute_returns = lambda obs: None
     with pytest.raises(TypeError, match="replaced"):
-        adapter.enable_triton_gae(alg)
-    alg = adapter.enable_triton_gae(filled_alg())
+        adapter.enable(alg)
+    alg = adapter.enable(filled_alg())
     alg.critic.double()
     with pytest.raises(TypeError, match="float64 values for a storage of torch.float32"):
         alg.compute_returns(observations().apply(lambda x: x.double()))
-    alg = adapter.enable_triton_gae(filled_alg())
+    alg = adapter.enable(filled_alg())
     alg.gamma = "0.99"
     with pytest.raises(TypeError, match="alg.gamma must be a float"):
         alg.compute_returns(observations())

@@ -23,13 +23,7 @@ from stable_baselines3.common.env_util import make_vec_env
 import rlscan
 from rlscan._backend import interpreting
 from rlscan.adapters import sb3 as adapter
-from rlscan.adapters.sb3 import (
-    TritonDictRolloutBuffer,
-    TritonRolloutBuffer,
-    disable_triton_gae,
-    enable_triton_gae,
-    triton_buffer_class,
-)
+from rlscan.adapters.sb3 import RLScanDictRolloutBuffer, RLScanRolloutBuffer, rlscan_buffer_class
 
 try:
     import sb3_contrib
@@ -178,7 +172,7 @@ COEFS = [(0.99, 0.95), (0.97, 1.0), (1.0, 1.0), (0.9, 0.0), (0.0, 0.7)]
 def test_exact_gae_is_sb3_bit_for_bit(T, N, gamma, lmbda, backend):
     if backend == "triton" and not interpreting():
         pytest.skip("Triton on CPU arrays needs TRITON_INTERPRET=1")
-    buffer, last_values, dones = random_buffer(TritonRolloutBuffer, T, N, gamma, lmbda, seed=T * N, exact=True)
+    buffer, last_values, dones = random_buffer(RLScanRolloutBuffer, T, N, gamma, lmbda, seed=T * N, exact=True)
     ref_adv, ref_ret = sb3_gae(buffer, last_values, dones)
     with rlscan.use_backend(backend):
         buffer.compute_returns_and_advantage(last_values, dones)
@@ -188,7 +182,7 @@ def test_exact_gae_is_sb3_bit_for_bit(T, N, gamma, lmbda, backend):
 
 @pytest.mark.parametrize("gamma,lmbda", COEFS)
 def test_fast_gae_on_triton_kernels(gamma, lmbda, monkeypatch):
-    buffer, last_values, dones = random_buffer(TritonRolloutBuffer, 37, 4, gamma, lmbda, seed=1)
+    buffer, last_values, dones = random_buffer(RLScanRolloutBuffer, 37, 4, gamma, lmbda, seed=1)
     ref_adv, ref_ret = sb3_gae(buffer, last_values, dones)
     with fast_kernels(monkeypatch):
         buffer.compute_returns_and_advantage(last_values, dones)
@@ -197,7 +191,7 @@ def test_fast_gae_on_triton_kernels(gamma, lmbda, monkeypatch):
 
 
 def test_advantages_are_filled_in_place():
-    buffer, last_values, dones = random_buffer(TritonRolloutBuffer, 5, 2, 0.99, 0.95, seed=2)
+    buffer, last_values, dones = random_buffer(RLScanRolloutBuffer, 5, 2, 0.99, 0.95, seed=2)
     advantages = buffer.advantages
     buffer.compute_returns_and_advantage(last_values, dones)
     assert buffer.advantages is advantages
@@ -224,7 +218,7 @@ def test_gpu_only_for_large_fast_rollouts_on_cuda(monkeypatch):
 
 def test_device_path_copies_back(monkeypatch):
     """The path that moves the buffer to the model's device (CUDA in real use) and back."""
-    buffer, last_values, dones = random_buffer(TritonRolloutBuffer, 37, 4, 0.99, 0.95, seed=3)
+    buffer, last_values, dones = random_buffer(RLScanRolloutBuffer, 37, 4, 0.99, 0.95, seed=3)
     ref_adv, ref_ret = sb3_gae(buffer, last_values, dones)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     monkeypatch.setattr(adapter, "_gpu_for", lambda buffer: torch.device(device))
@@ -246,7 +240,7 @@ def train(algo, exact, env=cartpole, policy="MlpPolicy", device="cpu"):
     cls, kwargs, n_rollouts = ALGOS[algo]
     model = cls(policy, env(), seed=0, device=device, **kwargs)
     if exact is not None:
-        enable_triton_gae(model, exact=exact)
+        adapter.enable(model, exact=exact)
     model.learn(n_rollouts * model.n_steps * model.n_envs)
     return model
 
@@ -255,7 +249,7 @@ def train(algo, exact, env=cartpole, policy="MlpPolicy", device="cpu"):
 def test_exact_training_is_bit_identical(algo, rollouts):
     plain = train(algo, exact=None)
     switched = train(algo, exact=True)
-    assert type(switched.rollout_buffer) is TritonRolloutBuffer
+    assert type(switched.rollout_buffer) is RLScanRolloutBuffer
     assert_exact(rollouts, ALGOS[algo][2])
     assert_same_parameters(plain, switched)
 
@@ -270,7 +264,7 @@ def test_fast_training_matches_sb3(algo, rollouts, monkeypatch):
 def test_dict_observations(rollouts):
     plain = train("PPO", exact=None, env=dict_cartpole, policy="MultiInputPolicy")
     switched = train("PPO", exact=True, env=dict_cartpole, policy="MultiInputPolicy")
-    assert type(switched.rollout_buffer) is TritonDictRolloutBuffer
+    assert type(switched.rollout_buffer) is RLScanDictRolloutBuffer
     assert isinstance(switched.rollout_buffer, DictRolloutBuffer)
     assert_exact(rollouts, ALGOS["PPO"][2])
     assert_same_parameters(plain, switched)
@@ -288,8 +282,8 @@ def test_recurrent_ppo(policy, env, base, rollouts):
     base = getattr(sb3_contrib.common.recurrent.buffers, base)
     model = sb3_contrib.RecurrentPPO(policy, env(), n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu",
                          policy_kwargs=dict(lstm_hidden_size=16, net_arch=[16]))
-    enable_triton_gae(model, exact=True)
-    assert isinstance(model.rollout_buffer, base) and type(model.rollout_buffer) is triton_buffer_class(base)
+    adapter.enable(model, exact=True)
+    assert isinstance(model.rollout_buffer, base) and type(model.rollout_buffer) is rlscan_buffer_class(base)
     model.learn(64)  # RecurrentPPO asserts its buffer's type before each rollout
     assert_exact(rollouts, 1)
 
@@ -298,7 +292,7 @@ def test_recurrent_ppo(policy, env, base, rollouts):
 def test_maskable_ppo(rollouts):
     model = sb3_contrib.MaskablePPO("MlpPolicy", masked_env(), n_steps=32, batch_size=64, n_epochs=1, seed=0,
                                     device="cpu")
-    enable_triton_gae(model, exact=True)
+    adapter.enable(model, exact=True)
     assert isinstance(model.rollout_buffer, sb3_contrib.common.maskable.buffers.MaskableRolloutBuffer)
     model.learn(64)
     assert_exact(rollouts, 1)
@@ -307,7 +301,7 @@ def test_maskable_ppo(rollouts):
 @needs_contrib
 def test_trpo(rollouts):
     model = sb3_contrib.TRPO("MlpPolicy", cartpole(), n_steps=32, batch_size=64, seed=0, device="cpu")
-    enable_triton_gae(model, exact=True)
+    adapter.enable(model, exact=True)
     model.learn(64)
     assert_exact(rollouts, 1)
 
@@ -316,22 +310,24 @@ def test_trpo(rollouts):
 def test_subclasses_are_made_once():
     first = sb3_contrib.RecurrentPPO("MlpLstmPolicy", cartpole(), n_steps=8, batch_size=16, device="cpu")
     second = sb3_contrib.RecurrentPPO("MlpLstmPolicy", cartpole(), n_steps=8, batch_size=16, device="cpu")
-    enable_triton_gae(first, exact=True)
-    enable_triton_gae(second)
-    assert type(first.rollout_buffer) is type(second.rollout_buffer) is adapter.TritonRecurrentRolloutBuffer
-    enable_triton_gae(first)  # again: only the mode changes
-    assert type(first.rollout_buffer) is adapter.TritonRecurrentRolloutBuffer
+    adapter.enable(first, exact=True)
+    adapter.enable(second)
+    assert type(first.rollout_buffer) is type(second.rollout_buffer) is adapter.RLScanRecurrentRolloutBuffer
+    adapter.enable(first)  # again: only the mode changes
+    assert type(first.rollout_buffer) is adapter.RLScanRecurrentRolloutBuffer
     assert first.rollout_buffer.rlscan_exact is False
-    assert triton_buffer_class(RolloutBuffer) is TritonRolloutBuffer
-    assert triton_buffer_class(TritonRolloutBuffer) is TritonRolloutBuffer
-    assert pickle.loads(pickle.dumps(adapter.TritonMaskableRolloutBuffer)) is adapter.TritonMaskableRolloutBuffer
+    assert rlscan_buffer_class(RolloutBuffer) is RLScanRolloutBuffer
+    assert rlscan_buffer_class(RLScanRolloutBuffer) is RLScanRolloutBuffer
+    assert pickle.loads(pickle.dumps(adapter.RLScanMaskableRolloutBuffer)) is adapter.RLScanMaskableRolloutBuffer
+    # a model saved with an older name of the class loads it
+    assert pickle.loads(b"crlscan.adapters.sb3\nTritonMaskableRolloutBuffer\n.") is adapter.RLScanMaskableRolloutBuffer
 
 
 # ----------------------------------------------------------------------------- save and load
 
 
 def test_switch_is_not_saved_and_is_reapplied_after_load(tmp_path, rollouts):
-    model = enable_triton_gae(PPO("MlpPolicy", cartpole(), n_steps=32, batch_size=64, seed=0, device="cpu"), exact=True)
+    model = adapter.enable(PPO("MlpPolicy", cartpole(), n_steps=32, batch_size=64, seed=0, device="cpu"), exact=True)
     model.learn(64)
     path = tmp_path / "ppo.zip"
     model.save(path)
@@ -341,7 +337,7 @@ def test_switch_is_not_saved_and_is_reapplied_after_load(tmp_path, rollouts):
     plain = PPO.load(path, env=cartpole(), device="cpu")
     assert type(plain.rollout_buffer) is RolloutBuffer
     plain.learn(64)
-    reapplied = enable_triton_gae(PPO.load(path, env=cartpole(), device="cpu"), exact=True)
+    reapplied = adapter.enable(PPO.load(path, env=cartpole(), device="cpu"), exact=True)
     reapplied.learn(64)
     assert_exact(rollouts, 2)
     assert_same_parameters(plain, reapplied)
@@ -384,11 +380,11 @@ def test_save_load_new_n_envs_and_resumed_learn_leave_no_stale_state(algo, tmp_p
     """Train with 2 envs, save, load with 4, switch on again, resume learning twice: every
     rollout's GAE is SB3's, bit for bit, on a buffer of the new shape."""
     cls, env, policy, extra = _stress_models()[algo]
-    model = enable_triton_gae(cls(policy, env(2), n_steps=32, seed=0, device="cpu", **extra), exact=True)
+    model = adapter.enable(cls(policy, env(2), n_steps=32, seed=0, device="cpu", **extra), exact=True)
     model.learn(64)
     path = tmp_path / f"{algo}.zip"
     model.save(path)
-    loaded = enable_triton_gae(cls.load(path, env=env(4), device="cpu"), exact=True)
+    loaded = adapter.enable(cls.load(path, env=env(4), device="cpu"), exact=True)
     assert loaded.rollout_buffer.advantages.shape == (32, 4)
     loaded.learn(128, reset_num_timesteps=False)
     loaded.learn(128, reset_num_timesteps=False)
@@ -397,42 +393,31 @@ def test_save_load_new_n_envs_and_resumed_learn_leave_no_stale_state(algo, tmp_p
 
 
 def test_buffer_class_argument_is_saved(tmp_path, rollouts):
-    check_buffer_class_is_saved(PPO, TritonRolloutBuffer, cartpole, tmp_path / "ppo.zip", rollouts)
+    check_buffer_class_is_saved(PPO, RLScanRolloutBuffer, cartpole, tmp_path / "ppo.zip", rollouts)
 
 
 @needs_contrib
 def test_maskable_buffer_class_argument_is_saved(tmp_path, rollouts):
-    buffer_class = adapter.TritonMaskableRolloutBuffer
+    buffer_class = adapter.RLScanMaskableRolloutBuffer
     check_buffer_class_is_saved(sb3_contrib.MaskablePPO, buffer_class, masked_env, tmp_path / "mppo.zip", rollouts)
 
 
 # ----------------------------------------------------------------------------- switching off, wrong models
 
 
-def test_disable(rollouts):
-    model = enable_triton_gae(PPO("MlpPolicy", cartpole(), n_steps=32, batch_size=64, device="cpu"), exact=True)
-    assert disable_triton_gae(model) is model
-    assert type(model.rollout_buffer) is RolloutBuffer
-    assert "rlscan_exact" not in vars(model.rollout_buffer)
-    disable_triton_gae(model)  # already off: nothing to do
-    assert type(model.rollout_buffer) is RolloutBuffer
-    model.learn(64)
-    assert rollouts == []
-
-
-def test_disable_buffer_built_with_triton_class():
-    model = PPO("MlpPolicy", cartpole(), n_steps=32, device="cpu", rollout_buffer_class=TritonRolloutBuffer)
-    disable_triton_gae(model)
+def test_disable_buffer_built_with_rlscan_class():
+    model = PPO("MlpPolicy", cartpole(), n_steps=32, device="cpu", rollout_buffer_class=RLScanRolloutBuffer)
+    adapter.disable(model)
     assert type(model.rollout_buffer) is RolloutBuffer
 
 
 def test_disable_refuses_foreign_subclasses():
-    class Custom(TritonRolloutBuffer):
+    class Custom(RLScanRolloutBuffer):
         pass
 
     model = PPO("MlpPolicy", cartpole(), n_steps=32, device="cpu", rollout_buffer_class=Custom)
     with pytest.raises(TypeError, match="Custom"):
-        disable_triton_gae(model)
+        adapter.disable(model)
 
 
 @pytest.mark.parametrize("make", [
@@ -442,17 +427,17 @@ def test_disable_refuses_foreign_subclasses():
 def test_off_policy_models_are_refused(make):
     model = make()
     with pytest.raises(TypeError, match=f"{type(model).__name__} is off-policy"):
-        enable_triton_gae(model)
+        adapter.enable(model)
     with pytest.raises(TypeError, match="RolloutBuffer"):
-        disable_triton_gae(model)
+        adapter.disable(model)
 
 
 def test_bad_arguments():
     with pytest.raises(TypeError, match="no rollout_buffer"):
-        enable_triton_gae(object())
+        adapter.enable(object())
     model = PPO("MlpPolicy", cartpole(), n_steps=8, batch_size=16, device="cpu")
     with pytest.raises(TypeError, match="exact must be a bool"):
-        enable_triton_gae(model, exact=1)
+        adapter.enable(model, exact=1)
     assert type(model.rollout_buffer) is RolloutBuffer
 
     class OwnGAE(RolloutBuffer):
@@ -460,6 +445,6 @@ def test_bad_arguments():
             pass
 
     with pytest.raises(TypeError, match="OwnGAE overrides compute_returns_and_advantage"):
-        triton_buffer_class(OwnGAE)
+        rlscan_buffer_class(OwnGAE)
     with pytest.raises(TypeError, match="RolloutBuffer"):
-        triton_buffer_class(dict)
+        rlscan_buffer_class(dict)

@@ -159,9 +159,9 @@ def _rsl_rl(ns: dict) -> None:
     """Isaac Lab's train script as far as the example reads it."""
     from rsl_rl.runners import OnPolicyRunner
 
-    spec = importlib.util.spec_from_file_location("rsl_rl_env", ROOT / "integration_tests" / "test_rsl_rl.py")
+    spec = importlib.util.spec_from_file_location("rsl_rl_env", ROOT / "integration_tests" / "rsl_rl_env.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # its PointMass environment and training configuration
+    spec.loader.exec_module(module)  # the tests' PointMass environment and training configuration
     ns["env"] = module.PointMass(num_envs=4)
     ns["agent_cfg"] = SimpleNamespace(to_dict=module.train_cfg, device="cpu", max_iterations=1)
     ns["log_dir"] = None

@@ -19,9 +19,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-import rlscan
-from rlscan import reference
 from rlscan._backend import interpreting
+from rlscan._spec import PublicOp
+from rlscan.ops import REGISTRY
 
 # ----------------------------------------------------------------------------- the paths
 
@@ -45,9 +45,10 @@ def path_for(backend: str) -> Path:
 
 @dataclass(frozen=True)
 class OpInfo:
-    """What an op takes, so that one builder can make a problem for each of them."""
+    """What an op takes (its registry entry's :class:`rlscan._spec.Arguments`), so that one
+    builder can make a problem for each of them."""
 
-    function: str  # name in rlscan and in rlscan.reference
+    function: str  # the registered op's name
     series: tuple  # positional floating inputs, in call order
     next_name: Optional[str] = None  # the per-step "value after" argument, if any
     bootstrap: str = "none"  # "required", "optional" or "none"
@@ -56,32 +57,44 @@ class OpInfo:
     clips: tuple = ()
     initial: bool = False
     fixed: dict = field(default_factory=dict)  # keyword arguments fixed by the op's name
+    multiplier: Optional[str] = None  # the linear scan's β: a float or a tensor
+    op: Optional[PublicOp] = field(default=None, compare=False, repr=False)
 
     @property
     def reverse_value_op(self) -> bool:
         return self.next_name is not None
 
 
-OPS = {
-    "gae": OpInfo("gae", ("rewards", "values"), "next_values", "required", ("terminated", "truncated"),
-                  ("gamma", "lmbda")),
-    "td_lambda": OpInfo("td_lambda", ("rewards", "values"), "next_values", "required",
-                        ("terminated", "truncated"), ("gamma", "lmbda")),
-    "discounted_returns": OpInfo("discounted_returns", ("rewards",), "next_values", "optional",
-                                 ("terminated", "truncated"), ("gamma",)),
-    "vtrace": OpInfo("vtrace", ("rewards", "values", "log_rhos"), "next_values", "required",
-                     ("terminated", "truncated"), ("gamma", "lmbda"), ("rho_clip", "c_clip", "pg_rho_clip")),
-    "retrace": OpInfo("retrace", ("rewards", "q_taken", "expected_q", "log_rhos"), "next_expected_q", "required",
-                      ("terminated", "truncated"), ("gamma", "lmbda"), ("c_clip",)),
-    "eligibility_traces": OpInfo("eligibility_traces", ("x",), flags=("dones",), coefs=("gamma", "lmbda"),
-                                 initial=True),
-    "episodic_cumsum": OpInfo("episodic_cumsum", ("x",), flags=("dones",), initial=True),
-    "linear_scan": OpInfo("linear_scan", ("alpha",), initial=True, fixed={"reverse": False}),
-    "linear_scan_reverse": OpInfo("linear_scan", ("alpha",), initial=True, fixed={"reverse": True}),
-}
+def info_of(op: PublicOp, fixed: Optional[dict] = None) -> OpInfo:
+    a = op.arguments
+    return OpInfo(op.name, a.series, a.value_after, a.bootstrap, a.flags, a.coefs, a.clips, a.initial,
+                  dict(a.fixed if fixed is None else fixed), a.multiplier, op)
+
+
+def registered(tables: bool = False) -> dict:
+    """Every registered op by name, and each of its variants (``linear_scan_reverse``). Without
+    ``tables``, Retrace from the action tables is left out: :func:`make_problem`'s problems are
+    series of one shape (tests/test_retrace_table.py has its own)."""
+    found = {}
+    for op in REGISTRY:
+        if op.arguments.tables and not tables:
+            continue
+        found[op.name] = info_of(op)
+        for variant, options in op.arguments.variants.items():
+            found[variant] = info_of(op, {**op.arguments.fixed, **options})
+    return found
+
+
+OPS = registered()
 OP_NAMES = tuple(OPS)
 VALUE_OPS = tuple(name for name, info in OPS.items() if info.reverse_value_op)
-FORWARD_OPS = ("eligibility_traces", "episodic_cumsum", "linear_scan")
+FORWARD_OPS = tuple(name for name, info in OPS.items() if not info.reverse_value_op and name == info.function)
+
+
+def op_info(name: str) -> OpInfo:
+    """The op ``name`` of :data:`OPS`, or one registered since (a test's own op)."""
+    return OPS[name] if name in OPS else info_of(REGISTRY[name])
+
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -114,6 +127,65 @@ KERNEL_CONFIGS = {
                                link="words"),
 }
 
+# ----------------------------------------------------------------------------- whole-call inputs
+
+ACTIONS = 4
+
+
+def call_inputs(T: int, N: int, device, dtype=torch.float64, seed: int = 0) -> dict:
+    """One tensor of every kind a registered op's :class:`~rlscan._spec.Arguments` names, ``[T, N]``
+    with time first: what :func:`call_of` picks an op's inputs from."""
+    g = torch.Generator().manual_seed(seed)
+
+    def s(*shape):
+        return torch.randn(*shape, generator=g, dtype=dtype).to(device)
+
+    flags = (torch.rand(T, N, generator=g) < 0.25).to(device)
+    return dict(series=[s(T, N) for _ in range(4)], log_ratio=s(T, N) * 0.3, after=s(T, N), boot=s(N),
+                terminated=flags, truncated=flags.roll(3, 0) & ~flags, multiplier=torch.rand(T, N, generator=g,
+                dtype=dtype).to(device), table=s(T, N, ACTIONS), probs=torch.softmax(s(T, N, ACTIONS), -1),
+                actions=torch.randint(0, ACTIONS, (T, N), generator=g).to(device))
+
+
+LOG_RATIOS = ("log_rhos", "behaviour_log_probs")
+
+
+def call_of(info: OpInfo, values: str = "bootstrap"):
+    """``call(d, first)``: the op of ``info`` on the tensors of :func:`call_inputs` ``d``, its first
+    positional input replaced by ``first`` (what a test differentiates). The value after each step
+    comes from ``bootstrap_value`` or, with ``values="next"``, from the per-step values with
+    truncations."""
+    a = info.op.arguments
+
+    def call(d, first):
+        series = iter(d["series"])
+        args = []
+        for k, name in enumerate(a.positional):
+            if k == 0:
+                args.append(first)
+            elif name in a.tables:
+                args.append(d["probs"] if name == "target_probs" else d["table"])
+            elif name == a.actions:
+                args.append(d["actions"])
+            elif name == a.multiplier:
+                args.append(d["multiplier"])
+            else:
+                args.append(d["log_ratio"] if name in LOG_RATIOS else next(series))
+        kw = dict(info.fixed)
+        if a.value_after is not None and values == "next":
+            kw.update({a.value_after: d["after"], "terminated": d["terminated"], "truncated": d["truncated"]})
+        elif a.value_after is not None:
+            kw.update(bootstrap_value=d["boot"], terminated=d["terminated"])
+        elif a.flags:
+            kw[a.flags[0]] = d["terminated"]
+        kw.update(zip(a.coefs, (0.9, 0.8)))
+        if a.initial:
+            kw["initial"] = d["boot"]
+        return info.op.fn(*args, **kw)
+
+    return call
+
+
 # ----------------------------------------------------------------------------- problems
 
 
@@ -125,15 +197,15 @@ class Problem:
 
     @property
     def info(self) -> OpInfo:
-        return OPS[self.op]
+        return op_info(self.op)
 
     def run(self, **options) -> tuple:
         """The op's outputs (a tuple, whatever the op returns)."""
-        out = getattr(rlscan, self.info.function)(*self.args, **self.kwargs, **self.info.fixed, **options)
+        out = self.info.op.fn(*self.args, **self.kwargs, **self.info.fixed, **options)
         return tuple(out) if isinstance(out, tuple) else (out,)
 
     def reference(self) -> tuple:
-        out = getattr(reference, self.info.function)(*self.args, **self.kwargs, **self.info.fixed)
+        out = self.info.op.ref(*self.args, **self.kwargs, **self.info.fixed)
         return tuple(out) if isinstance(out, tuple) else (out,)
 
     def replace(self, **changes) -> "Problem":
@@ -267,7 +339,7 @@ def make_problem(
     or ``"tensor"``, ``"per_step"``, ``"scalar_tensor"``; ``beta`` (linear scan) is a
     float or ``"tensor"`` (uniform in [-1, 1]).
     """
-    info = OPS[op]
+    info = op_info(op)
     make = _Maker(shape, time_dim, seed, layout, device)
     args = tuple(_series(make, name, dtype) for name in info.series)
     kwargs = {"time_dim": time_dim}
@@ -279,8 +351,8 @@ def make_problem(
         kwargs[name] = make.coef(gamma if name == "gamma" else lmbda, dtype)
     for name in info.clips:
         kwargs[name] = clips[info.clips.index(name)] if isinstance(clips, tuple) else clips
-    if info.function == "linear_scan":
-        kwargs["beta"] = make.uniform(dtype, -1.0, 1.0) if beta == "tensor" else beta
+    if info.multiplier is not None:
+        kwargs[info.multiplier] = make.uniform(dtype, -1.0, 1.0) if beta == "tensor" else beta
     if info.initial and initial:
         kwargs["initial"] = make.normal(dtype, shape=make.batch)
     return Problem(op, args, kwargs)

@@ -233,7 +233,7 @@ def _ppo_model():
 
 
 def _ppo_alg():
-    spec = importlib.util.spec_from_file_location("rsl_rl_env", ROOT / "integration_tests" / "test_rsl_rl.py")
+    spec = importlib.util.spec_from_file_location("rsl_rl_env", ROOT / "integration_tests" / "rsl_rl_env.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.make_runner(module.train_cfg()).alg
@@ -262,12 +262,12 @@ def _rollout_buffer():
 
 
 SWITCHES = [  # entry points that take a framework object and a switch
-    Entry("sb3.enable_triton_gae", _adapter("sb3", "enable_triton_gae"),
+    Entry("sb3.enable", _adapter("sb3", "enable"),
           lambda c: {"model": _object(_ppo_model), "exact": True}, {"model": "object", "exact": "bool"},
           needs="stable_baselines3"),
-    Entry("sb3.triton_buffer_class", _adapter("sb3", "triton_buffer_class"),
+    Entry("sb3.rlscan_buffer_class", _adapter("sb3", "rlscan_buffer_class"),
           lambda c: {"base": _rollout_buffer()}, {"base": "object"}, needs="stable_baselines3"),
-    Entry("rsl_rl.enable_triton_gae", _adapter("rsl_rl", "enable_triton_gae"),
+    Entry("rsl_rl.enable", _adapter("rsl_rl", "enable"),
           lambda c: {"alg": _object(_ppo_alg), "exact": True}, {"alg": "object", "exact": "bool"}, needs="rsl_rl"),
     Entry("rllib.learner_class", _adapter("rllib", "learner_class"),
           lambda c: {"base": _learner_base(), "exact": True}, {"base": "object", "exact": "bool"}, needs="ray"),

@@ -251,9 +251,9 @@ CASES = {
     "cleanrl-next-done-shape": lambda: _cleanrl(next_done=flags(1, N)),
     "cleanrl-dones-without-next-done": lambda: _cleanrl(next_done=None),
     "verl-rewards-numpy": lambda: _verl(token_level_rewards=np.ones((T, N), np.float32)),
-    "sb3-model": lambda: _adapter("sb3", "stable_baselines3").enable_triton_gae("PPO"),
-    "sb3-base": lambda: _adapter("sb3", "stable_baselines3").triton_buffer_class(dict),
-    "rsl-rl-alg": lambda: _adapter("rsl_rl", "rsl_rl").enable_triton_gae("PPO"),
+    "sb3-model": lambda: _adapter("sb3", "stable_baselines3").enable("PPO"),
+    "sb3-base": lambda: _adapter("sb3", "stable_baselines3").rlscan_buffer_class(dict),
+    "rsl-rl-alg": lambda: _adapter("rsl_rl", "rsl_rl").enable("PPO"),
     "rllib-learner-base": lambda: _adapter("rllib", "ray").learner_class(dict),
 }
 

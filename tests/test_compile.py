@@ -6,36 +6,21 @@ import torch
 
 import rlscan
 
-T, N, A = 9, 3, 4
+from rlscan_testing import call_inputs, call_of, registered
+
+T, N = 9, 3
 
 
 def _inputs(device, dtype=torch.float64):
-    g = torch.Generator().manual_seed(0)
-
-    def s(*shape):
-        return torch.randn(*shape, generator=g, dtype=dtype).to(device)
-
-    flags = (torch.rand(T, N, generator=g) < 0.25).to(device)
-    return dict(r=s(T, N), v=s(T, N), nv=s(T, N), lr=s(T, N) * 0.3, boot=s(N), term=flags,
-                trunc=flags.roll(3, 0) & ~flags, b=torch.rand(T, N, generator=g, dtype=dtype).to(device),
-                q=s(T, N, A), probs=torch.softmax(s(T, N, A), -1), act=torch.randint(0, A, (T, N), generator=g).to(device))
+    d = call_inputs(T, N, device, dtype)
+    d["r"] = d["series"][0]  # the first positional input, which the tests differentiate
+    return d
 
 
-OPS = {
-    "gae": lambda d, r: rlscan.gae(r, d["v"], next_values=d["nv"], terminated=d["term"], truncated=d["trunc"]),
-    "td_lambda": lambda d, r: rlscan.td_lambda(r, d["v"], bootstrap_value=d["boot"], terminated=d["term"]),
-    "discounted_returns": lambda d, r: rlscan.discounted_returns(r, bootstrap_value=d["boot"], terminated=d["term"]),
-    "vtrace": lambda d, r: rlscan.vtrace(r, d["v"], d["lr"], next_values=d["nv"], terminated=d["term"],
-                                         truncated=d["trunc"], lmbda=0.9),
-    "retrace": lambda d, r: rlscan.retrace(r, d["v"], d["nv"], d["lr"], bootstrap_value=d["boot"], terminated=d["term"]),
-    "retrace_from_q": lambda d, r: rlscan.retrace_from_q(r, d["q"], d["act"], d["probs"], d["lr"],
-                                                         bootstrap_value=d["boot"], terminated=d["term"]),
-    "eligibility_traces": lambda d, r: rlscan.eligibility_traces(r, dones=d["term"], gamma=0.9, lmbda=0.8,
-                                                                 initial=d["boot"]),
-    "episodic_cumsum": lambda d, r: rlscan.episodic_cumsum(r, dones=d["term"], initial=d["boot"]),
-    "linear_scan": lambda d, r: rlscan.linear_scan(r, d["b"], initial=d["boot"]),
-    "linear_scan_reverse": lambda d, r: rlscan.linear_scan(r, d["b"], reverse=True, initial=d["boot"]),
-}
+# every registered op and variant; the ops that take a value after each step alternate between
+# bootstrap_value and next_values with truncations, so both reach a compiled graph
+OPS = {name: call_of(info, "next" if k % 2 == 0 else "bootstrap")
+       for k, (name, info) in enumerate(registered(tables=True).items())}
 
 
 def _flat(out):

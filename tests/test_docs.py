@@ -34,6 +34,8 @@ import sys
 import pytest
 import torch
 
+from rlscan.ops import REGISTRY
+
 import doc_examples
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -50,8 +52,7 @@ END = "<!-- end of the tables of record -->"
 HEADLINE_BEGIN = "<!-- headline: every number below is docs/bench-h200.json's (tests/test_docs.py) -->"
 HEADLINE_END = "<!-- end of the headline -->"
 
-OPS = ("gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "eligibility_traces",
-       "episodic_cumsum", "linear_scan")
+OPS = tuple(op.name for op in REGISTRY if op.bench is not None)  # the benchmarked ops
 NAMES = {"exact": "sequential kernel", "compile": "torch.compile scan", "loop_torch": "torch loop (GPU)",
          "loop_numpy": "numpy loop (CPU)", "torchrl_loop": "TorchRL loop", "torchrl_vec": "TorchRL vectorised",
          "sb3": "SB3 buffer", "whole_row": "whole-row kernel"}
@@ -519,8 +520,7 @@ def test_examples_are_found():
     names = {page.name for page, _, _ in EXAMPLES}
     assert {"README.md", "cleanrl.md", "sb3.md", "torchrl.md", "rllib.md", "rsl_rl.md", "verl.md"} <= names
     assert {name for name, _ in SIGNATURE.findall("".join(code for _, _, code in SIGNATURES))} >= {
-        "gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q", "eligibility_traces",
-        "episodic_cumsum", "linear_scan", "masked_whiten"}
+        *REGISTRY.names(), "masked_whiten"}
     assert doc_examples.runnable("x.md", "import a\n...\n    b = 1\n") == "import a\nif True:  # ...\n    b = 1"
     for page, written in doc_examples.SHORTER:
         assert any(p.name == page and written in code for p, _, code in EXAMPLES), (page, written)

@@ -295,9 +295,9 @@ def test_state_carried_in_without_a_gather(op, config, way, monkeypatch):
     V-trace's forward reads it, and so do the backward kernels of GAE, TD(λ), V-trace,
     Retrace and the eligibility traces, whose first output is written at every step."""
     from rlscan import _fast
-    from rlscan._triton import launch
+    from rlscan._triton import launch, policy
 
-    monkeypatch.setattr(launch, "EXCLUSIVE_STEPS_PER_WARP", 0)
+    monkeypatch.setitem(policy.FORCED, "state_in_steps_per_warp", 0)
     monkeypatch.setattr(launch, "FORCE_STATE_IN", way)
     monkeypatch.setattr(launch, "_PLANS", {})
     monkeypatch.setattr(_fast, "_CACHE", type(_fast._CACHE)())

@@ -1,10 +1,12 @@
-"""No two rlscan modules import each other, directly or through others.
+"""No two rlscan modules import each other, directly or through others, and no import runs
+back up a layer (the kernel layer, ``rlscan._triton``, never imports ``rlscan.bench``).
 
 The graph is read from the source with ``ast``, not from an import: every ``import`` and
 ``from ... import`` statement counts, at module level or inside a function (an import
 moved into a function to dodge a circle is still a circle), with relative imports resolved
-to module names. A module's own parent packages are not edges: Python imports them first,
-and a package that re-exports its submodules is not a circle.
+to module names, and so does a module named in a string for a lazy import
+(``Ref("rlscan.ops.gae.cpu:run")``). A module's own parent packages are not edges: Python
+imports them first, and a package that re-exports its submodules is not a circle.
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def imports_of(module: str, path: Path, is_package: bool, modules) -> set:
             source = _resolve(module, is_package, node.level, node.module)
             # ``from pkg import sub`` imports the submodule; ``from mod import name`` the module
             names = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("rlscan."):
+            # a module named for a lazy import (rlscan._spec.Ref, Kernel): "rlscan.ops.gae.cpu:run"
+            names = [node.value.partition(":")[0]]
         else:
             continue
         for name in names:
@@ -100,8 +105,9 @@ def test_the_graph_is_read():
     graph = import_graph()
     assert "rlscan._call" in graph and "rlscan.adapters.torchrl" in graph
     assert "rlscan._spec" in graph["rlscan._call"]  # a top-level ``from ._spec import ...``
-    # a function-level ``from . import kernel`` in a sub-package, resolved relative to it
-    assert "rlscan.ops.gae.kernel" in graph["rlscan.ops.gae.op"]
+    # a module named for a lazy import (an OpSpec's Kernel and Ref), and a function-level
+    # ``from . import rows`` in a sub-package, resolved relative to it
+    assert {"rlscan.ops.gae.kernel", "rlscan.ops.gae.cpu", "rlscan.ops.gae.rows"} <= graph["rlscan.ops.gae.op"]
     # ``from .. import _forms`` in a package's __init__ resolves from the package itself
     assert "rlscan.ops._forms" in graph["rlscan.ops._skip"]
 
@@ -126,3 +132,26 @@ def test_a_cycle_is_found(tmp_path, late):
     }
     cycle = find_cycle(import_graph(files))
     assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"pkg.a", "pkg.b"}
+
+
+#: ``(importer prefix, imported prefix, why)``: layers an import must not run back up
+LAYERS = (("rlscan._triton", "rlscan.bench", "the kernel layer does not import the benchmark harness"),)
+
+
+def layer_violations(graph: dict, layers=LAYERS) -> list:
+    """``"importer -> imported (why)"`` for every edge of ``graph`` that a layer rule forbids."""
+    def under(module, prefix):
+        return module == prefix or module.startswith(prefix + ".")
+
+    return sorted(f"{m} -> {t} ({why})" for low, high, why in layers for m, targets in graph.items()
+                  if under(m, low) for t in targets if under(t, high))
+
+
+def test_the_kernel_layer_does_not_import_the_bench():
+    assert layer_violations(import_graph()) == []
+
+
+def test_a_layer_violation_is_found():
+    graph = {"rlscan._triton.launch": {"rlscan.bench.cases", "rlscan._triton.settings"},
+             "rlscan.bench.tune": {"rlscan._triton.settings"}, "rlscan._triton_extra": {"rlscan.bench"}}
+    assert layer_violations(graph) == [f"rlscan._triton.launch -> rlscan.bench.cases ({LAYERS[0][2]})"]

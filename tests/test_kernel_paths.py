@@ -225,14 +225,15 @@ def test_deterministic_algorithms_key_the_launch_plans():
 
 def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, monkeypatch):
     """A launch plan with several candidate settings compiles them in order and keeps the
-    first whose kernel's local memory (spilled registers) is within MAX_LOCAL_BYTES; if the
+    first whose kernel's local memory (spilled registers) is within the table's max_local_bytes; if the
     compiled kernel cannot be inspected, the last. Then it runs the one it kept."""
-    from rlscan._triton import chained_scan, launch
+    from rlscan._triton import chained_scan, launch, policy, settings
 
     problem = make_problem("gae", (T, 3), device=triton_path.device, seed=5)
     candidates = tuple(launch._with_chunks(launch.Config("chained", 4, 1, steps=steps, lookback=lookback), T, 1)
                        for steps, lookback in ((4, 2), (2, 2), (2, 1)))
-    local_bytes = {4: launch.MAX_LOCAL_BYTES + 4, 2: launch.MAX_LOCAL_BYTES}
+    limit = policy.value("max_local_bytes", settings.shipped())
+    local_bytes = {4: limit + 4, 2: limit}
     compiled = []
 
     class Compiled:
@@ -317,9 +318,9 @@ def test_the_state_carried_in_is_read_back_from_an_output_of_the_compute_dtype(t
     import torch
 
     from rlscan import _fast
-    from rlscan._triton import launch
+    from rlscan._triton import launch, policy
 
-    monkeypatch.setattr(launch, "EXCLUSIVE_STEPS_PER_WARP", 1)
+    monkeypatch.setitem(policy.FORCED, "state_in_steps_per_warp", 1)
     monkeypatch.setattr(launch, "_PLANS", {})
     monkeypatch.setattr(_fast, "_CACHE", {})
     problem = make_problem("vtrace", (T, 3), dtype=getattr(torch, dtype), device=triton_path.device, seed=8)

@@ -10,6 +10,7 @@ import torch
 
 import rlscan
 from rlscan import reference
+from rlscan._triton import policy, settings
 from rlscan._triton.launch import forced_config
 from rlscan_testing import KERNEL_CONFIGS, masked_whiten_reference, path_for
 
@@ -161,7 +162,7 @@ def lanes(monkeypatch):
     """GAE's one pass as two lanes of the engine, for rows that would run one program each."""
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ())
+    monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ())
 
 
 @pytest.mark.parametrize("op, lmbda, config", KINDS)
@@ -175,7 +176,8 @@ def test_kernel_kinds(triton_path_only, lanes, op, lmbda, config, monkeypatch):
                             mask=PATTERNS[[0, 1, 4]], lmbda=lmbda)
     with forced_config(**KERNEL_CONFIGS[config]):
         _check(op, args, kwargs)
-    assert (len(ran) == 1 and ran[0] is not None) == (op == "gae" and lmbda >= one_pass.LAMBDA_MIN)
+    one_pass_applies = op == "gae" and lmbda >= policy.value("gae_lambda_min", settings.shipped())
+    assert (len(ran) == 1 and ran[0] is not None) == one_pass_applies
 
 
 @pytest.mark.parametrize("kernel", ["rows", "chained rows", "lanes"])
@@ -186,8 +188,9 @@ def test_one_pass_whitened(triton_path_only, lmbda, kernel, monkeypatch):
     kernels (rows in two tiles of 8 steps)."""
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ((64, 8, 1, 0),) if kernel == "rows" else ((64, 8, 1, 2),) if kernel == "chained rows" else ())
-    monkeypatch.setattr(one_pass, "ROW_MIN_T", 2)
+    tiles = {"rows": ((64, 8, 1, 0),), "chained rows": ((64, 8, 1, 2),), "lanes": ()}[kernel]
+    monkeypatch.setitem(policy.FORCED, "gae_row_tiles", tiles)
+    monkeypatch.setitem(policy.FORCED, "gae_row_min_t", 2)
     args, kwargs = _problem("gae", B=5, T=T, device=triton_path_only, lmbda=lmbda, gamma=0.99,
                             value_dtype=torch.bfloat16)
     args = (args[0], (args[1].float() * 4 + 20).to(torch.bfloat16))
@@ -230,7 +233,7 @@ def test_one_pass_failure_falls_back(triton_path_only, monkeypatch, kernel, fail
         raise RuntimeError("a compiler failure")
 
     if kernel == "_run":
-        monkeypatch.setattr(one_pass, "ROW_TILES", ())
+        monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ())
     monkeypatch.setattr(one_pass, kernel, broken)
     monkeypatch.setattr(one_pass, failed, [])
     args, kwargs = _problem("gae", device=triton_path_only)
@@ -257,9 +260,9 @@ ROWS_SMALL = {"walked": (((16, 8, 1, 0), (64, 16, 1, 0)), False),
 def test_row_kernel(triton_path_only, monkeypatch, T_rows, terminated, bootstrap, value_dtype, rows):
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ROWS_SMALL[rows][0])
+    monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ROWS_SMALL[rows][0])
     monkeypatch.setattr(one_pass, "ROW_TEST_LOOKBACK", ROWS_SMALL[rows][1])
-    monkeypatch.setattr(one_pass, "ROW_MIN_T", 2)
+    monkeypatch.setitem(policy.FORCED, "gae_row_min_t", 2)
     ran = []
     run = one_pass._run_rows
     monkeypatch.setattr(one_pass, "_run_rows", lambda *a: ran.append(run(*a)) or ran[-1])
@@ -278,8 +281,8 @@ def test_row_kernel_only_where_it_applies(triton_path_only, monkeypatch):
     ones and steps apart in memory run as two lanes."""
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ((16, 8, 1, 0),))
-    monkeypatch.setattr(one_pass, "ROW_MIN_T", 8)
+    monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ((16, 8, 1, 0),))
+    monkeypatch.setitem(policy.FORCED, "gae_row_min_t", 8)
     ran = []
     run = one_pass._run_rows
     monkeypatch.setattr(one_pass, "_run_rows", lambda *a: ran.append(run(*a) is not None) or None)
@@ -297,8 +300,8 @@ def test_chained_rows_not_under_deterministic_algorithms(triton_path_only, monke
     ``torch.use_deterministic_algorithms`` the rows run as two lanes instead."""
     from rlscan.ops.gae import one_pass
 
-    monkeypatch.setattr(one_pass, "ROW_TILES", ((64, 8, 1, 1),))
-    monkeypatch.setattr(one_pass, "ROW_MIN_T", 8)
+    monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ((64, 8, 1, 1),))
+    monkeypatch.setitem(policy.FORCED, "gae_row_min_t", 8)
     ran = []
     run = one_pass._run_rows
     monkeypatch.setattr(one_pass, "_run_rows", lambda *a: ran.append(run(*a) is not None) or None)

@@ -1,7 +1,7 @@
 """``retrace_from_q`` on the Triton path: the prologue that reads the action tables once in
 memory order (time fastest for ``[N, T]``, environments fastest for ``[T, N]``, two batch
 groups), then plain Retrace under several launch settings, and the fused ``exact`` kernel;
-one action, and more than one block of them (``MAX_BLOCK_A``), with and without
+one action, and more than one block of them (the table's ``retrace_max_block_a``), with and without
 ``next_expected_q``."""
 import pytest
 import torch

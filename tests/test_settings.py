@@ -295,7 +295,7 @@ def test_tune_needs_a_gpu(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's tuning loop")
 def test_tune_reorders_by_measured_time_and_writes_a_table_the_matcher_uses(no_user_tables, monkeypatch):
     from rlscan._triton import launch
-    from rlscan._triton.tune import tune, write
+    from rlscan.bench.tune import tune, write
 
     raw = {"format": 1, "gpu": "test", "n_sm": 4, "classes": [
         {"name": "everything", "when": {}, "shape": {"N": 2, "T": 5, "layout": "tn"}, "settings": [
@@ -353,7 +353,7 @@ def test_tune_reorders_by_measured_time_and_writes_a_table_the_matcher_uses(no_u
 
 
 def test_tune_keeps_the_shipped_order_where_the_budget_runs_out(no_user_tables):
-    from rlscan._triton.tune import tune
+    from rlscan.bench.tune import tune
 
     table = settings.validate(minimal_table())
     lines = []
@@ -374,3 +374,97 @@ def test_launches_for_a_gpu_target_without_a_gpu_take_the_shipped_table(no_user_
     configs = launch.choose_configs(2048, 4096, False, False, torch.device("cuda", 0), True, 5, True)
     assert fields(configs[0], "kind", "block_b", "steps", "link") == ("chained", 64, 32, "words")
     assert launch._DEVICE_NAME == {0: None}
+
+
+def test_every_shipped_table_holds_each_policy_decision_with_its_reason():
+    from rlscan._triton import policy
+
+    for table in settings.shipped_tables():
+        assert set(table.raw["policy"]) == set(policy.DECISIONS)
+        for d in table.policy.values():
+            assert d.reason.strip() and (bool(d.limit) != bool(d.candidates)) and d.value is not None
+            assert d.limit or (d.shapes and all(policy.DECISIONS[d.name].check(c) or isinstance(c, tuple)
+                                                for c in d.candidates))
+    shipped = settings.shipped()
+    assert policy.value("gae_row_tiles", shipped) == ((1024, 1024, 4, 0), (4096, 2048, 4, 0), (math.inf, 1024, 4, 1))
+    assert shipped.policy["max_local_bytes"].limit and shipped.policy["state_in_steps_per_warp"].candidates
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda p: p.update(warps_per_row={"value": 1, "reason": "r", "limit": "l"}), "warps_per_row"),
+    (lambda p: p["gae_row_tiles"].update(value=[[None, 3, 4, 0]]), "value"),
+    (lambda p: p["max_local_bytes"].update(candidates=[128]), "candidates"),
+    (lambda p: p["gae_row_min_t"].update(shapes=[]), "shapes"),
+    (lambda p: p["gae_row_min_t"].pop("reason"), "reason"),
+])
+def test_a_malformed_policy_names_the_decision_and_the_field(change, field):
+    raw = minimal_table()
+    raw["policy"] = copy.deepcopy(settings.shipped().raw["policy"])
+    settings.validate(raw)
+    change(raw["policy"])
+    with pytest.raises(ValueError) as caught:
+        settings.validate(raw, "user.json")
+    assert str(caught.value).startswith("user.json: policy") and repr(field) in str(caught.value), str(caught.value)
+
+
+def test_a_table_without_a_policy_takes_the_shipped_decisions_and_tests_force_one():
+    from rlscan._triton import policy
+
+    table = settings.validate(dict(minimal_table(), policy={"gae_row_min_t": dict(
+        settings.shipped().raw["policy"]["gae_row_min_t"], value=8)}))
+    assert policy.value("gae_row_min_t", table) == 8
+    assert table.policy["max_local_bytes"] is settings.shipped().policy["max_local_bytes"]
+    with policy.forced_policy(gae_row_min_t=3):
+        assert policy.value("gae_row_min_t", table) == 3
+    assert policy.value("gae_row_min_t", table) == 8
+    with pytest.raises(ValueError, match="unknown policy decision"):
+        with policy.forced_policy(row_min=3):
+            pass
+
+
+def test_plan_prints_the_policy_decisions_a_call_meets(no_user_tables, capsys):
+    from rlscan import cli
+
+    assert cli.main(["plan", "gae", "--shape", "64x32768", "--layout", "nt"]) == 0
+    out = capsys.readouterr().out
+    assert "gae_lambda_min = 0.5: with mask=" in out and "gae_row_min_t = 1024" in out
+    assert "gae_row_tiles = [[1024, 1024, 4, 0], [4096, 2048, 4, 0], [null, 1024, 4, 1]]: 1024-step tiles on 4 " \
+           "warps, 32 tiles per row chained by a look-back of 1 words" in out
+    assert cli.main(["plan", "vtrace", "--shape", "512x2048", "--layout", "nt"]) == 0
+    out = capsys.readouterr().out
+    assert ("state_in_steps_per_warp = 128: the state carried into each step (setting 1, 256 steps per warp: "
+            "reload") in out
+    assert "max_local_bytes = 256" in out and "a limit, not tuned" in out and "gae_" not in out
+    assert cli.main(["plan", "retrace", "--shape", "4096x128"]) == 0
+    out = capsys.readouterr().out
+    assert "retrace_table_elements = 2048" in out and "retrace_max_block_a = 64" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's tuning loop")
+def test_tune_re_measures_a_policy_choice_and_keeps_its_reason(no_user_tables, monkeypatch):
+    from rlscan._triton import policy
+    from rlscan.bench import tune_policy as module
+    from rlscan.bench.tune_policy import tune_policy
+
+    seen = []  # the value each rlscan call ran under (the reference's calls run under none)
+    masked = module.MASKED_GAE
+    monkeypatch.setitem(module.PROBES, "gae_row_min_t", masked._replace(
+        call=lambda m, d, **kw: seen.append(policy.FORCED.get("gae_row_min_t")) or masked.call(m, d, **kw)))
+    raw = minimal_table()
+    raw["policy"] = {"gae_row_min_t": dict(settings.shipped().raw["policy"]["gae_row_min_t"], value=64,
+                                           candidates=[2, 64], shapes=[{"N": 2, "T": 8, "layout": "nt"}])}
+    table = settings.validate(raw)
+    timed, lines = [], []
+
+    def clock(fn, device):
+        fn()
+        timed.append(seen[-1])
+        return 1e-6 if timed[-1] == 2 else 3e-6
+
+    tuned = tune_policy(table, raw, device=torch.device("cpu"), gpu="Test GPU", clock=clock, progress=lines.append,
+                        names=("gae_row_min_t",))
+    assert timed == [64, 2]  # the table's value, then the other candidate
+    entry = tuned["policy"]["gae_row_min_t"]
+    assert (entry["value"], entry["ratio"]) == (2, 3.0) and "rlscan tune on Test GPU: 3.00x" in entry["measured"]
+    assert entry["reason"] == raw["policy"]["gae_row_min_t"]["reason"]
+    assert policy.value("gae_row_min_t", settings.validate(tuned)) == 2

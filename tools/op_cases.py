@@ -17,8 +17,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-import rlscan
-import rlscan.reference
+from rlscan.ops import REGISTRY
 
 LAYOUTS = ("TN", "NT", "BT1", "strided")
 FLAGS = {"bool": torch.bool, "uint8": torch.uint8, "float": None}
@@ -27,18 +26,31 @@ ACTIONS = 3
 #: how far from the clip point (log ratio 0) the random log importance ratios stay
 CLIP_MARGIN = 0.05
 
-# op name -> (public function, how it is called); "gae coefs" passes per-step gamma and lambda tensors
-OPS = ("gae", "gae coefs", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
-       "eligibility_traces", "episodic_cumsum", "linear_scan", "linear_scan forward")
+# How the tools call an op beyond its registered arguments (rlscan.ops.REGISTRY): every op takes a
+# bootstrap value and terminations, and its coefficients as floats, unless said here. Between
+# them, the cases reach both forms of the value after each step and of the coefficients.
+HOW = {
+    "gae": dict(values="next"),
+    "vtrace": dict(values="next"),
+    "linear_scan": dict(fixed={"reverse": True}),  # the ops' scans run in reverse
+}
+# further calls of a registered op, under names of their own, placed after it
+MORE = {
+    "gae": {"gae coefs": dict(coefs="tensor")},  # per-step gamma and lambda tensors
+    "linear_scan": {"linear_scan forward": dict(fixed={"reverse": False})},
+}
+# call name -> (registered op, how it is called)
+FORMS = {name: form for op in REGISTRY
+         for name, form in [(op.name, (op, HOW.get(op.name, {})))] + [(n, (op, h)) for n, h in MORE.get(op.name, {}).items()]}
+OPS = tuple(FORMS)
 # the ops whose backward is a fused kernel of its own
-FUSED_BACKWARD = ("gae", "gae coefs", "td_lambda", "discounted_returns", "vtrace", "retrace", "retrace_from_q",
-                  "eligibility_traces", "episodic_cumsum")
+FUSED_BACKWARD = tuple(name for name, (op, _) in FORMS.items() if op.fused_backward)
 
 
 class Case(NamedTuple):
     op: str
     fn: Callable  # the public function
-    reference: Callable  # its float64 reference (rlscan.reference)
+    reference: Callable  # its float64 reference (rlscan.reference's)
     args: tuple
     kwargs: dict
 
@@ -135,53 +147,53 @@ class _Maker:
 
 def make_case(op: str, layout: str, N: int, T: int, dtype=torch.float32, flag: str = "bool", device="cpu",
               random: bool = True, seed: int = 0) -> Case:
-    """The call of ``op`` on fresh inputs: random values when ``random``, else uninitialised
-    floats (all that a compile needs, and no time spent filling them)."""
+    """The call of ``op`` (one of :data:`OPS`) on fresh inputs: random values when ``random``, else
+    uninitialised floats (all that a compile needs, and no time spent filling them)."""
+    if op not in FORMS:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    entry, how = FORMS[op]
+    a = entry.arguments
     m = _Maker(layout, N, T, dtype, device, random, seed)
-    kw = dict(time_dim=m.time_dim)
-    ref = rlscan.reference
-    if op == "gae":
-        args = (m.series(), m.series())
-        kw.update(next_values=m.series(), terminated=m.flag(flag), truncated=m.flag(flag))
-        return Case(op, rlscan.gae, ref.gae, args, kw)
-    if op == "gae coefs":
-        args = (m.series(), m.series())
-        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag), gamma=m.coef(), lmbda=m.coef())
-        return Case(op, rlscan.gae, ref.gae, args, kw)
-    if op == "td_lambda":
-        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
-        return Case(op, rlscan.td_lambda, ref.td_lambda, (m.series(), m.series()), kw)
-    if op == "discounted_returns":
-        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
-        return Case(op, rlscan.discounted_returns, ref.discounted_returns, (m.series(),), kw)
-    if op == "vtrace":
-        args = (m.series(), m.series(), m.log_ratio())
-        kw.update(next_values=m.series(), terminated=m.flag(flag), truncated=m.flag(flag))
-        return Case(op, rlscan.vtrace, ref.vtrace, args, kw)
-    if op == "retrace":
-        args = (m.series(), m.series(), m.series(), m.log_ratio())
-        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
-        return Case(op, rlscan.retrace, ref.retrace, args, kw)
-    if op == "retrace_from_q":
-        q, actions, pi = m.table(), m.actions(), m.table(probs=True)
-        # log μ = log π(a) − log ρ: behaviour probabilities whose ratio to π stays off the clip
-        log_mu = m.log_ratio(0.75)
-        if m.random:
-            pi_a = pi.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-            log_mu.copy_((pi_a.double().log() - log_mu.double()).to(log_mu.dtype))
-        args = (m.series(), q, actions, pi, log_mu)
-        kw.update(bootstrap_value=m.batch(), terminated=m.flag(flag))
-        return Case(op, rlscan.retrace_from_q, ref.retrace_from_q, args, kw)
-    if op == "eligibility_traces":
-        kw.update(dones=m.flag(flag), gamma=0.9, lmbda=0.8, initial=m.batch())
-        return Case(op, rlscan.eligibility_traces, ref.eligibility_traces, (m.series(),), kw)
-    if op == "episodic_cumsum":
-        kw.update(dones=m.flag(flag), initial=m.batch())
-        return Case(op, rlscan.episodic_cumsum, ref.episodic_cumsum, (m.series(),), kw)
-    if op in ("linear_scan", "linear_scan forward"):
-        kw.update(reverse=op == "linear_scan", initial=m.batch())
-        return Case(op, rlscan.linear_scan, ref.linear_scan, (m.series(), m.series(0.5, 1.0)), kw)
-    raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    kw = {"time_dim": m.time_dim, **a.fixed, **how.get("fixed", {})}
+    args, drawn = [], {}
+    for name in a.positional:
+        if name in a.tables:
+            x = m.table(probs=name == "target_probs")
+        elif name == a.actions:
+            x = m.actions()
+        elif name == a.multiplier:
+            x = m.series(0.5, 1.0)
+        elif name == "behaviour_log_probs":
+            x = _behaviour_log_probs(m, drawn["target_probs"], drawn[a.actions])
+        elif name == "log_rhos":
+            x = m.log_ratio()
+        else:
+            x = m.series()
+        args.append(x)
+        drawn[name] = x
+    if a.value_after is not None and how.get("values") == "next":
+        kw.update({a.value_after: m.series(), "terminated": m.flag(flag), "truncated": m.flag(flag)})
+    else:
+        if a.value_after is not None:
+            kw["bootstrap_value"] = m.batch()
+        if a.flags:
+            kw[a.flags[0]] = m.flag(flag)
+    if how.get("coefs") == "tensor":
+        kw.update({name: m.coef() for name in a.coefs})
+    else:
+        kw.update(zip(a.coefs, (0.9, 0.8)))
+    if a.initial:
+        kw["initial"] = m.batch()
+    return Case(op, entry.fn, entry.ref, tuple(args), kw)
+
+
+def _behaviour_log_probs(m: _Maker, pi, actions):
+    """log μ = log π(a) − log ρ: behaviour probabilities whose ratio to π stays off the clip."""
+    log_mu = m.log_ratio(0.75)
+    if m.random:
+        pi_a = pi.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        log_mu.copy_((pi_a.double().log() - log_mu.double()).to(log_mu.dtype))
+    return log_mu
 
 
 def backward(case: Case, weights=None):

@@ -46,18 +46,23 @@ import triton
 
 import rlscan
 from rlscan import _fast
+from rlscan.ops import REGISTRY
 from rlscan import reference
 from rlscan._triton import launch as L
 from rlscan.bench import floors, timing, whole_row
 
 DEV = torch.device("cuda")
 SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048), (16, 262144), (1, 1_000_000))
-OPS = ("gae", "td_lambda", "discounted_returns", "vtrace", "retrace_from_q", "eligibility_traces", "episodic_cumsum")
+# the table of record's ops: every registered op with a fused backward (the linear scan is their
+# engine), Retrace by its table form (the quick run times plain Retrace beside it)
+OPS = tuple(op.name for op in REGISTRY if op.fused_backward and op.name != "retrace")
 DEADLINE = [math.inf]
 
 
 def problem(op, N, T, layout, A=4, seed=0):
-    """``(function name, args, kwargs)`` of one call; ``layout="nt"`` is ``[N, T]`` (time_dim=1)."""
+    """``(function name, args, kwargs)`` of one call of the registered op ``op``, built from its
+    arguments (``rlscan._spec.Arguments``); ``layout="nt"`` is ``[N, T]`` (time_dim=1)."""
+    a = REGISTRY[op].arguments
     gen = torch.Generator(device=DEV).manual_seed(seed)
     shape = (N, T) if layout == "nt" else (T, N)
     randn = lambda *s: torch.randn(*s, generator=gen, device=DEV)  # noqa: E731
@@ -65,27 +70,27 @@ def problem(op, N, T, layout, A=4, seed=0):
     kw = dict(time_dim=1 if layout == "nt" else 0)
     term = (rand(shape) < 0.01).float()
     boot = randn(N)
-    if op in ("gae", "td_lambda"):
-        return op, (randn(shape), randn(shape)), dict(kw, bootstrap_value=boot, terminated=term, gamma=0.99,
-                                                      lmbda=0.95)
-    if op == "discounted_returns":
-        return op, (randn(shape),), dict(kw, bootstrap_value=boot, terminated=term, gamma=0.99)
-    if op == "vtrace":
-        return op, (randn(shape), randn(shape), 0.3 * randn(shape)), dict(kw, bootstrap_value=boot, terminated=term,
-                                                                          gamma=0.99)
-    if op == "retrace":
-        return op, (randn(shape), randn(shape), randn(shape), 0.3 * randn(shape)), dict(
-            kw, bootstrap_value=boot, terminated=term, gamma=0.99)
-    if op == "retrace_from_q":
-        probs = torch.softmax(randn(shape + (A,)), -1)
-        actions = torch.randint(0, A, shape, generator=gen, device=DEV)
-        log_mu = torch.log(probs.gather(-1, actions[..., None])[..., 0]) - 0.3 * randn(shape)
-        return op, (randn(shape), randn(shape + (A,)), actions, probs, log_mu), dict(
-            kw, bootstrap_value=boot, terminated=term, gamma=0.99)
-    if op in ("eligibility_traces", "episodic_cumsum"):
-        extra = dict(gamma=0.99, lmbda=0.95) if op == "eligibility_traces" else {}
-        return op, (randn(shape),), dict(kw, dones=term, initial=boot, **extra)
-    raise ValueError(op)
+    args = {}
+    for name in a.positional:
+        if name in a.tables:
+            args[name] = torch.softmax(randn(shape + (A,)), -1) if name == "target_probs" else randn(shape + (A,))
+        elif name == a.actions:
+            args[name] = torch.randint(0, A, shape, generator=gen, device=DEV)
+        elif name == "behaviour_log_probs":
+            pi_a = args["target_probs"].gather(-1, args[a.actions][..., None])[..., 0]
+            args[name] = torch.log(pi_a) - 0.3 * randn(shape)
+        elif name == "log_rhos":
+            args[name] = 0.3 * randn(shape)
+        else:
+            args[name] = rand(shape) if name == a.multiplier else randn(shape)
+    if a.value_after is not None:
+        kw.update(bootstrap_value=boot, terminated=term)
+    elif a.flags:
+        kw[a.flags[0]] = term
+    if a.initial:
+        kw["initial"] = boot
+    kw.update(zip(a.coefs, (0.99, 0.95)))
+    return op, tuple(args.values()), kw
 
 
 def moved_bytes(args, kwargs, n_out):

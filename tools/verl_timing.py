@@ -44,7 +44,7 @@ import rlscan
 import rlscan.whiten
 from rlscan.adapters import verl
 from rlscan.bench import floors, timing
-from rlscan.ops.gae import one_pass
+from rlscan._triton.policy import forced_policy
 
 try:
     from verl.trainer.ppo import core_algos
@@ -143,7 +143,7 @@ def time_settings(r, v, m, truth_returns):
 
 ROW_SHAPES = [(256, 4096), (64, 32768), (512, 2048), (1024, 1024), (128, 2048), (32, 1024), (64, 8192),
               (16, 32768), (8, 4096)]
-# (BLOCK_T, warps, look-back): a look-back of 0 walks each row in one program (one_pass.ROW_TILES)
+# (BLOCK_T, warps, look-back): a look-back of 0 walks each row in one program (the table's gae_row_tiles)
 ROW_VARIANTS = [(1024, 4, 0), (2048, 4, 0), (2048, 8, 0), (4096, 8, 0), (4096, 16, 0),
                 (512, 2, 4), (512, 4, 4), (1024, 4, 1), (1024, 4, 4), (1024, 8, 4),
                 (2048, 4, 4), (2048, 8, 2), (2048, 8, 8), (4096, 16, 4)]
@@ -164,14 +164,9 @@ def time_rows():
         settings.update({f"{'chain' if lb else 'walk'} t{t} w{w}" + (f" lb{lb}" if lb else ""): ((1 << 30, t, w, lb),)
                          for t, w, lb in ROW_VARIANTS if t <= T or DRY})
         for label, tiles in settings.items():
-            saved = one_pass.ROW_TILES, one_pass.ROW_MIN_T
-            if tiles is not None:
-                one_pass.ROW_TILES, one_pass.ROW_MIN_T = tiles, 1
-            try:
+            with forced_policy(**({} if tiles is None else dict(gae_row_tiles=tiles, gae_row_min_t=1))):
                 err = error(fn()[1], truth)
                 us = 1e6 * device(fn)[0] if err < 1e-5 else float("nan")
-            finally:
-                one_pass.ROW_TILES, one_pass.ROW_MIN_T = saved
             results[(f"{B}x{T}", label)] = (us, us / (1e6 * floor))
             print(f"  {B}x{T} {label:22s} {us:7.1f} us  x{us / (1e6 * floor):.2f} floor  returns error {err:.1e}",
                   flush=True)
@@ -185,24 +180,26 @@ def time_rows():
 
 
 class lanes:
-    """GAE's one pass as two lanes of the scan engine (``one_pass.ROW_TILES`` empty), the
+    """GAE's one pass as two lanes of the scan engine (the table's ``gae_row_tiles`` forced empty), the
     kernel that rows contiguous in time ran before the row kernel."""
 
     def __enter__(self):
-        self.tiles, one_pass.ROW_TILES = one_pass.ROW_TILES, ()
+        self.forced = forced_policy(gae_row_tiles=())
+        self.forced.__enter__()
 
     def __exit__(self, *exc):
-        one_pass.ROW_TILES = self.tiles
+        self.forced.__exit__(*exc)
 
 
 class two_scans:
     """GAE's masked path without the one pass: the next kept values, GAE, then masked_whiten."""
 
     def __enter__(self):
-        self.limit, one_pass.LAMBDA_MIN = one_pass.LAMBDA_MIN, 2.0
+        self.forced = forced_policy(gae_lambda_min=2.0)
+        self.forced.__enter__()
 
     def __exit__(self, *exc):
-        one_pass.LAMBDA_MIN = self.limit
+        self.forced.__exit__(*exc)
 
 
 def main():

@@ -11,8 +11,9 @@ names its reason and the measured ratio that chose it; ``rlscan plan OP --shape 
 off, in the reference loop's order), and the Triton interpreter runs small tiles.
 
 The fallback order. Where a class lists several settings, the first call compiles them
-in order (without running them) and keeps the first whose kernel keeps at most
-``MAX_LOCAL_BYTES`` of local memory (spilled registers) per thread, else the last. A
+in order (without running them) and keeps the first whose kernel keeps at most the table's
+``max_local_bytes`` of local memory (spilled registers) per thread, else the last
+(:mod:`rlscan._triton.policy` holds that and the table's other decisions outside its classes). A
 setting this Triton cannot compile or launch is never the user's problem: the plan warns
 once per setting and Triton version (:class:`CompileFallbackWarning`) and moves to the
 next setting, then to the sequential kernel; where even that fails, the op runs on the
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 
 from .._backend import interpreting
+from . import policy as _policy
 from . import settings as _settings
 from .settings import CHAINED, Config, pow2 as _pow2, window as _window, with_chunks as _with_chunks  # noqa: F401
 
@@ -95,7 +97,10 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _table(device: torch.device) -> "_settings.Table":
-    """The settings table for calls on ``device`` (:func:`rlscan._triton.settings.active_table`)."""
+    """The settings table for calls on ``device`` (:func:`rlscan._triton.settings.active_table`);
+    off a GPU (the interpreter), the table for calls planned without one."""
+    if device.type != "cuda":
+        return _settings.active_table(None)
     key = device.index if device.index is not None else torch.cuda.current_device()
     if key not in _DEVICE_NAME:
         try:
@@ -111,7 +116,7 @@ def choose_configs(T: int, B: int, time_contiguous: bool, exact: bool, device: t
     forward, reading and writing ``series`` tensors of ``[T, B]`` (0: unknown), computed in
     float32 (``words``) or not, in order of
     preference: a launch plan runs the first whose compiled kernel keeps each thread's local
-    memory (spilled registers) within ``MAX_LOCAL_BYTES``, and the last regardless. Forced
+    memory (spilled registers) within the table's ``max_local_bytes``, and the last regardless. Forced
     settings replace them all."""
     if exact:
         block_b = min(128, _pow2(B))
@@ -147,15 +152,16 @@ def choose_config(T: int, B: int, time_contiguous: bool, exact: bool, device: to
     return choose_configs(T, B, time_contiguous, exact, device, reverse)[0]
 
 
-# Local memory per thread above which a kernel counts as spilling: GAE's chained kernel with
-# 16 steps per thread kept 192 bytes (Triton 3.7's ptxas) and ran fastest; Retrace's kept 864
-# and V-trace's 2,816, and ran 1.1x and 2.3x slower than with 8 steps
-MAX_LOCAL_BYTES = 256
+def policy_table(device: torch.device) -> "_settings.Table":
+    """The table whose policy decides calls on ``device`` (:func:`_table`), looked up once per
+    device until :func:`rlscan._triton.settings.clear_cache`: calls read it every time."""
+    key = device.index if device.type != "cuda" or device.index is not None else torch.cuda.current_device()
+    return _settings.kept(("policy", device.type, key), lambda: _table(device))
 
 
 def _gpu_configs(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool = True,
                  deterministic: bool = False, series: int = 0, words: bool = True) -> tuple:
-    """The shipped (H200) table's settings for a call on a GPU of ``n_sm`` SMs, best first
+    """The shipped table's settings for a call on a GPU of ``n_sm`` SMs, best first
     (:func:`rlscan._triton.settings.configs_for`)."""
     return _settings.configs_for(T, B, time_contiguous, n_sm, reverse, deterministic, series, words,
                                  table=_settings.shipped())
@@ -336,7 +342,8 @@ class LaunchPlan:
         if cfg.kind in ("block", "chained"):
             kwargs["STEP_SCAN"] = cfg.step_scan
         if cfg.kind in ("scan", "chained_scan"):
-            kwargs["STATE_IN"] = state_in(emit, cfg, self.reloadable)
+            kwargs["STATE_IN"] = state_in(emit, cfg, self.reloadable,
+                                          _policy.value("state_in_steps_per_warp", policy_table(self.device)))
         if cfg.kind == "scan":
             kwargs["ONE_TILE"] = cfg.n_chunks == 1 and cfg.block_t >= T
         self.constexprs = kwargs
@@ -359,10 +366,11 @@ class LaunchPlan:
         return (ins, in_strides, outs, out_strides, self._parts, init, init_strides, agg) + self.sizes
 
     def _pick_by_local_memory(self, ins, outs) -> None:
-        """Use the first candidate whose compiled kernel keeps at most ``MAX_LOCAL_BYTES`` of
-        local memory per thread (compiled, not run; Triton caches it for the first launch),
-        else the last. Where the compiled kernel cannot be inspected, the last."""
+        """Use the first candidate whose compiled kernel keeps at most the table's
+        ``max_local_bytes`` of local memory per thread (compiled, not run; Triton caches it for
+        the first launch), else the last. Where the compiled kernel cannot be inspected, the last."""
         self.unchecked = False
+        limit = _policy.value("max_local_bytes", policy_table(self.device))
         for cfg in self.candidates[:-1]:
             self._use(cfg)
             try:
@@ -376,7 +384,7 @@ class LaunchPlan:
                 local_bytes = 4 * kernel.n_spills  # Triton reports the local memory size / 4
             except Exception:  # noqa: BLE001 - no inspection: the last candidate (the settings of old)
                 break
-            if local_bytes <= MAX_LOCAL_BYTES:
+            if local_bytes <= limit:
                 return
         self._use(self.candidates[-1])
 
@@ -495,37 +503,31 @@ def _key(signature):
     return signature, settings_key()
 
 
-#: tiles of at least this many steps per warp take the state carried into each step from
-#: memory or from an exclusive scan, not from their neighbour (:func:`state_in`)
-EXCLUSIVE_STEPS_PER_WARP = 128
 #: ``"gather"``, ``"exclusive"`` or ``"reload"`` to take the state carried in one way for
 #: every ``EMIT`` that reads it (tests and ``tools/seed_compare.py state_in``); ``None``: choose
 FORCE_STATE_IN = None
 
 
-def state_in(emit, cfg: Config, reloadable: bool) -> str:
+def state_in(emit, cfg: Config, reloadable: bool, steps_per_warp: int) -> str:
     """How a tile kernel gives an op's ``EMIT`` the state carried into each step, ``A_in``
     (``STATE_IN`` of ``tile_scan._state_in``), for an ``EMIT`` that reads it:
 
     * ``"reload"``: ``A`` stored in the first output and read back one step on, in the tile
-      kernel's tiles spread over several warps with at least ``EXCLUSIVE_STEPS_PER_WARP``
-      steps each, where ``reloadable`` (the first output is given and has the compute dtype);
+      kernel's tiles spread over several warps with at least ``steps_per_warp`` steps each
+      (the table's ``state_in_steps_per_warp``), where ``reloadable`` (the first output is
+      given and has the compute dtype);
     * ``"exclusive"``: a second pair in ``tl.associative_scan``, in such tiles otherwise;
     * ``"gather"``: the neighbouring row, elsewhere.
 
-    Across warps Triton's gather goes through shared memory: for V-trace in 1024-step tiles
-    on 8 warps it took 1,124 shuffles and 39 barriers, the exclusive scan 192 and 5 (sm_90
-    PTX). On an H200 (``tools/seed_compare.py state_in``), reading back took V-trace's
-    ``[N, T]`` forward from 10.4 µs (exclusive) to 9.1 at 512 × 2048 and from 70.1 to 61.2 at
-    4096 × 2048, GAE's backward from 45.1 to 44.0 and the eligibility traces' from 36.5 to
-    35.4. Where the steps fit a warp the gather was cheaper than either: 113 shuffles against
-    189 for the second pair in 128 × 4 tiles on 4 warps, and 4.4 µs against 4.6 (reload) and
-    5.6 (exclusive) for V-trace at 4096 × 128."""
+    Across warps Triton's gather goes through shared memory, which costs shuffles and
+    barriers that a read back (two barriers and a load from the cache) or a second pair in
+    the scan do not; within a warp the neighbour's row is one shuffle, cheaper than either.
+    The table's entry says where the two cross, and its evidence."""
     if not reads_state_in(emit):
         return "gather"  # the EMIT never reads it: no way is compiled in
     if FORCE_STATE_IN:
         return FORCE_STATE_IN if FORCE_STATE_IN != "reload" or reloadable else "exclusive"
-    if cfg.num_warps == 1 or cfg.block_t < EXCLUSIVE_STEPS_PER_WARP * cfg.num_warps:
+    if cfg.num_warps == 1 or cfg.block_t < steps_per_warp * cfg.num_warps:
         return "gather"
     return "reload" if reloadable and cfg.kind == "scan" else "exclusive"
 

@@ -31,6 +31,11 @@ Sizes never exceed the problem: ``block_b <= pow2(B)``, ``block_t <= pow2(T)`` a
 ``stripes <= pow2(ceil(T / steps))``. Each setting also carries a one-line ``reason`` and
 ``measured`` (the ratio that chose it, or ``null`` for a fallback nobody timed).
 
+Beside the classes, a table's ``policy`` section holds the launch decisions that apply across
+them or to kernels outside the engine (the local-memory limit, how tiles take the state
+carried in, GAE's masked row kernels, Retrace's table prologue), each with its reason and
+evidence: :mod:`rlscan._triton.policy`. A table that lacks some takes the shipped table's.
+
 Which table: ``RLSCAN_SETTINGS=/path.json`` if set, else
 ``~/.cache/rlscan/settings/<GPU name>.json`` if present, else a shipped table
 (``tables/*.json``, one per card it was measured on): the one measured on this GPU's model
@@ -46,7 +51,9 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
+
+from . import policy as _policy
 
 
 class Config(NamedTuple):
@@ -114,7 +121,7 @@ _CHUNKS = ("one", "split_if_few_blocks", "split")
 _SETTING_KEYS = set(("kind", "chunks", "programs_per_sm", "max_chunks", "when", "reason", "measured", "ratio")
                     + _POW2_FIELDS + _INT_FIELDS + tuple(_CHOICES))
 _CLASS_KEYS = {"name", "when", "shape", "settings"}
-_TOP_KEYS = {"format", "gpu", "n_sm", "source", "classes"}
+_TOP_KEYS = {"format", "gpu", "n_sm", "source", "policy", "classes"}
 
 
 class Setting(NamedTuple):
@@ -142,6 +149,7 @@ class Table(NamedTuple):
     classes: tuple
     path: str  # where it was read from
     raw: dict  # the JSON as read, for ``rlscan tune`` to rewrite
+    policy: dict  # name -> :class:`rlscan._triton.policy.Decision`, every decision
 
 
 def _fail(where: str, field: str, expected: str, got) -> None:
@@ -278,7 +286,13 @@ def validate(raw, path: str = "<table>") -> Table:
     if out[-1].when:
         _fail(f"{path}: class {len(out) - 1} ({out[-1].name!r})", "when",
               "no conditions on the last class (it catches every call the others do not)", out[-1].when)
-    return Table(str(raw.get("gpu", "")), n_sm, str(raw.get("source", "")), tuple(out), path, raw)
+    decisions = _policy.validate(raw.get("policy", {}), path)
+    missing = [name for name in _policy.DECISIONS if name not in decisions]
+    if missing:
+        if Path(path) == SHIPPED:
+            _fail(path, "policy", f"every decision ({', '.join(_policy.DECISIONS)})", f"none for {', '.join(missing)}")
+        decisions.update({name: shipped().policy[name] for name in missing})
+    return Table(str(raw.get("gpu", "")), n_sm, str(raw.get("source", "")), tuple(out), path, raw, decisions)
 
 
 def load(path) -> Table:
@@ -407,6 +421,15 @@ def clear_cache() -> None:
     _WARNED.clear()
 
 
+def kept(key, make: Callable):
+    """``make()``, made once for ``key`` and kept until :func:`clear_cache` (for a table that
+    a call looks up every time, such as the table of a device)."""
+    key = ("kept", key)
+    if key not in _LOADED:
+        _LOADED[key] = make()
+    return _LOADED[key]
+
+
 # ----------------------------------------------------------------------------- the matcher
 
 class Query(NamedTuple):
@@ -480,13 +503,22 @@ def configs_for(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool 
 
 
 def dumps(raw: dict) -> str:
-    """A table as JSON text laid out for reading: one class condition per line, each
-    setting's fields on one line and its reason and measurement on the next two."""
+    """A table as JSON text laid out for reading: each policy decision's fields on a line
+    each; one class condition per line, each setting's fields on one line and its reason
+    and measurement on the next two."""
     one = lambda x: json.dumps(x, ensure_ascii=False)  # noqa: E731
     lines = ["{"]
     for key in ("format", "gpu", "n_sm", "source"):
         if key in raw:
             lines.append(f" {one(key)}: {one(raw[key])},")
+    if "policy" in raw:
+        lines.append(' "policy": {')
+        names = list(raw["policy"])
+        for i, name in enumerate(names):
+            entry = raw["policy"][name]
+            fields = [f"{one(k)}: {one(v)}" for k, v in entry.items()]
+            lines.append(f"  {one(name)}: {{" + ",\n   ".join(fields) + "}" + ("," if i < len(names) - 1 else ""))
+        lines.append(" },")
     lines.append(' "classes": [')
     for i, c in enumerate(raw["classes"]):
         lines.append("  {")

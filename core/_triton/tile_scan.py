@@ -121,8 +121,8 @@ def _reloaded(A, carry, OUT, s, tile, t_hi, REVERSE: tl.constexpr, N: tl.constex
     barrier reads the row after (reverse) or before (forward) each of its rows; ``carry``
     at the tile's edge. A second barrier keeps ``EMIT`` from overwriting a row before every
     thread has read it. The lines are in the cache, so this costs two barriers and a load,
-    where the other ways cost shuffles: for V-trace's 2048-step rows on 8 warps this took 80
-    registers and 184 shuffles (those of the scan), the exclusive scan 92 and 368 (sm_90)."""
+    where the other ways cost shuffles and the registers of a second pair (docs/benchmarks.md
+    has the counts)."""
     rows = _along_first_axis(N, A)
     t = tile[0]
     store(OUT, s, tile, A)
@@ -205,8 +205,7 @@ def scan_kernel(
 ):
     """``ONE_TILE`` (one launch, ``BLOCK_T >= T``): each program's steps are one tile, so no
     state is handed from tile to tile. The loop and its carry cost a third more registers
-    and four more barriers (sm_90 PTX, 2048-step rows on 16 warps), which halves how many
-    programs an SM holds."""
+    and four more barriers (docs/benchmarks.md), which halves how many programs an SM holds."""
     chunk = tl.program_id(1)
     b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
         INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,

@@ -15,7 +15,7 @@ after the window), rlscan's call and the alternatives a user would pick:
 * ``torchrl_loop`` / ``torchrl_vec``: TorchRL's functional GAE and TD(λ), loop and
   vectorised, when torchrl is installed; ``sb3``: Stable-Baselines3's
   ``RolloutBuffer.compute_returns_and_advantage`` for GAE, when it is installed
-  (both through :mod:`rlscan.adapters.baselines`; core imports no framework);
+  (both through :mod:`rlscan.bench.baselines`, which imports them only when called);
 * ``exact``: rlscan's ``exact=True`` on CUDA, a sequential-in-time kernel with one
   thread per environment (the PufferLib pattern).
 

@@ -103,7 +103,7 @@ def _loop_numpy(case: Case, dtype) -> Runner:
 
 def _torchrl(vectorised: bool):
     def build(case: Case, dtype) -> Runner:
-        from rlscan.adapters.baselines import TorchRLCredit
+        from .baselines import TorchRLCredit
 
         est = TorchRLCredit(case.name, vectorised, case.params["gamma"], case.params["lmbda"])
         return Runner(lambda d: est.prepare(d["rewards"], d["values"], d["bootstrap_value"], d["terminated"]), est)
@@ -112,7 +112,7 @@ def _torchrl(vectorised: bool):
 
 
 def _sb3(case: Case, dtype) -> Runner:
-    from rlscan.adapters.baselines import SB3RolloutGAE
+    from .baselines import SB3RolloutGAE
 
     est = SB3RolloutGAE(case.params["gamma"], case.params["lmbda"])
     return Runner(lambda d: est.prepare(d["rewards"], d["values"], d["bootstrap_value"], d["terminated"]), est)
@@ -176,10 +176,8 @@ def unavailable(impl: Impl, cuda: bool, dtype: torch.dtype) -> Optional[str]:
     if impl.cuda_only and not cuda:
         return "needs a CUDA GPU"
     if impl.framework is not None:
-        try:
-            from rlscan.adapters.baselines import available
-        except ImportError:
-            return "rlscan.adapters is not installed"
+        from .baselines import available
+
         if not available(impl.framework):
             return f"{impl.framework} is not installed"
     if impl.key == "sb3" and dtype != torch.float32:

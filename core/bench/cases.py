@@ -8,15 +8,18 @@ environment-major (contiguous along time) without changing that logical shape.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
+
+from ..ops import REGISTRY
+from .._spec import PublicOp
 
 DONE_RATE = 0.01
 
 
 class Case(NamedTuple):
-    """One op as the benchmark runs it.
+    """One op as the benchmark runs it (its :class:`rlscan._spec.Bench`).
 
     ``series`` are float tensors ``[T, N]``, ``flags`` bool ``[T, N]``, ``batch`` float
     ``[N]``; ``call(module, inputs, **extra)`` runs the op from ``rlscan`` or
@@ -28,61 +31,27 @@ class Case(NamedTuple):
     flags: tuple
     batch: tuple
     params: dict
-    call: Callable
+    op: PublicOp
+    positional: tuple  # the inputs the op takes by position, in order
+    keywords: tuple  # the others
+
+    def call(self, module, d: dict, **kw):
+        """The op of ``module`` (``rlscan`` or ``rlscan.reference``) on the inputs ``d``."""
+        fn = self.op.fn if module.__name__ == "rlscan" else self.op.ref
+        return fn(*[d[name] for name in self.positional], **{name: d[name] for name in self.keywords}, **self.params,
+                  **kw)
 
 
-def _gae(m, d, **kw):
-    return m.gae(d["rewards"], d["values"], bootstrap_value=d["bootstrap_value"], terminated=d["terminated"],
-                 **GAE.params, **kw)
+def case_of(op: PublicOp) -> Case:
+    """The benchmark's case of a registered op (``op.bench``)."""
+    b = op.bench
+    names = b.series + b.flags + b.batch
+    positional = tuple(name for name in op.arguments.positional if name in names)
+    keywords = tuple(name for name in names if name not in positional)
+    return Case(op.name, b.series, b.flags, b.batch, b.params, op, positional, keywords)
 
 
-def _td_lambda(m, d, **kw):
-    return m.td_lambda(d["rewards"], d["values"], bootstrap_value=d["bootstrap_value"],
-                       terminated=d["terminated"], **TD_LAMBDA.params, **kw)
-
-
-def _discounted(m, d, **kw):
-    return m.discounted_returns(d["rewards"], bootstrap_value=d["bootstrap_value"], terminated=d["terminated"],
-                                **DISCOUNTED.params, **kw)
-
-
-def _vtrace(m, d, **kw):
-    return m.vtrace(d["rewards"], d["values"], d["log_rhos"], bootstrap_value=d["bootstrap_value"],
-                    terminated=d["terminated"], **VTRACE.params, **kw)
-
-
-def _retrace(m, d, **kw):
-    return m.retrace(d["rewards"], d["q_taken"], d["expected_q"], d["log_rhos"],
-                     bootstrap_value=d["bootstrap_value"], terminated=d["terminated"], **RETRACE.params, **kw)
-
-
-def _eligibility(m, d, **kw):
-    return m.eligibility_traces(d["x"], dones=d["dones"], initial=d["initial"], **ELIGIBILITY.params, **kw)
-
-
-def _episodic(m, d, **kw):
-    return m.episodic_cumsum(d["x"], dones=d["dones"], initial=d["initial"], **kw)
-
-
-def _linear(m, d, **kw):
-    return m.linear_scan(d["alpha"], d["beta"], **LINEAR.params, **kw)
-
-
-GAE = Case("gae", ("rewards", "values"), ("terminated",), ("bootstrap_value",), dict(gamma=0.99, lmbda=0.95), _gae)
-TD_LAMBDA = Case("td_lambda", ("rewards", "values"), ("terminated",), ("bootstrap_value",),
-                 dict(gamma=0.99, lmbda=0.95), _td_lambda)
-DISCOUNTED = Case("discounted_returns", ("rewards",), ("terminated",), ("bootstrap_value",), dict(gamma=0.99),
-                  _discounted)
-VTRACE = Case("vtrace", ("rewards", "values", "log_rhos"), ("terminated",), ("bootstrap_value",),
-              dict(gamma=0.99, lmbda=1.0, rho_clip=1.0, c_clip=1.0, pg_rho_clip=1.0), _vtrace)
-RETRACE = Case("retrace", ("rewards", "q_taken", "expected_q", "log_rhos"), ("terminated",), ("bootstrap_value",),
-               dict(gamma=0.99, lmbda=1.0, c_clip=1.0), _retrace)
-ELIGIBILITY = Case("eligibility_traces", ("x",), ("dones",), ("initial",), dict(gamma=0.99, lmbda=0.95),
-                   _eligibility)
-EPISODIC = Case("episodic_cumsum", ("x",), ("dones",), ("initial",), {}, _episodic)
-LINEAR = Case("linear_scan", ("alpha", "beta"), (), (), dict(reverse=True), _linear)
-
-CASES = {c.name: c for c in (GAE, TD_LAMBDA, DISCOUNTED, VTRACE, RETRACE, ELIGIBILITY, EPISODIC, LINEAR)}
+CASES = {op.name: case_of(op) for op in REGISTRY if op.bench is not None}
 
 
 def input_bytes(case: Case, T: int, N: int, dtype: torch.dtype) -> int:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ops import REGISTRY
+
 
 def doubling_scan(alpha: torch.Tensor, beta: torch.Tensor, reverse: bool) -> torch.Tensor:
     if reverse:
@@ -122,8 +124,8 @@ def linear_scan(d, p):
     return (doubling_scan(_compute(d["alpha"]), _compute(d["beta"]), reverse=p["reverse"]),)
 
 
-SCANS = {f.__name__: f for f in (gae, td_lambda, discounted_returns, vtrace, retrace, eligibility_traces,
-                                 episodic_cumsum, linear_scan)}
+# each registered op's doubling form: the function of its name above (an op without one has none)
+SCANS = {op.name: globals()[op.name] for op in REGISTRY if callable(globals().get(op.name))}
 
 
 def casting(fn, dtype: torch.dtype):

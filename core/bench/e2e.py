@@ -11,7 +11,7 @@ bonus, gradient clipping, Adam). The GAE is timed twice, as CleanRL's Python loo
     speedup = (GAE_loop + rest) / (GAE_rlscan + rest).
 
 Stable-Baselines3's default PPO (on the CPU) is timed the same way through
-``rlscan.adapters.baselines`` when it is installed: ``compute_returns_and_advantage``
+``rlscan.bench.baselines`` when it is installed: ``compute_returns_and_advantage``
 against the rest of ``train()``, and rlscan's GAE on the same buffer.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def sb3_ppo(updates: int) -> dict:
     """SB3's default PPO on the CPU: its GAE loop, the rest of ``train()``, and rlscan's GAE
     on the same buffer (checked for equality with SB3's advantages)."""
     import rlscan
-    from rlscan.adapters.baselines import sb3_ppo_breakdown
+    from .baselines import sb3_ppo_breakdown
 
     bd = sb3_ppo_breakdown(updates=updates)
     buf = bd["buffer"]

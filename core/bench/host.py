@@ -291,10 +291,10 @@ def _sb3_buffers(T: int, N: int):
     from gymnasium import spaces
     from stable_baselines3.common.buffers import RolloutBuffer
 
-    from ..adapters.sb3 import TritonRolloutBuffer
+    from ..adapters.sb3 import RLScanRolloutBuffer
 
     made = []
-    for cls in (RolloutBuffer, TritonRolloutBuffer):
+    for cls in (RolloutBuffer, RLScanRolloutBuffer):
         rng = np.random.default_rng(0)
         b = cls(T, spaces.Box(-1, 1, (3,)), spaces.Discrete(2), device="cpu", gamma=0.99, gae_lambda=0.95, n_envs=N)
         b.rewards[:] = rng.normal(size=(T, N))

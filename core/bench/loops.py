@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..ops import REGISTRY
+
 
 class NumpyOps:
     name = "numpy"
@@ -176,5 +178,5 @@ def linear_scan(d, p, xp):
     return (out,)
 
 
-LOOPS = {f.__name__: f for f in (gae, td_lambda, discounted_returns, vtrace, retrace, eligibility_traces,
-                                 episodic_cumsum, linear_scan)}
+# each registered op's loop: the function of its name above (an op without one has none)
+LOOPS = {op.name: globals()[op.name] for op in REGISTRY if callable(globals().get(op.name))}

@@ -81,8 +81,8 @@ def shapes_for(opts: Options, cuda: bool) -> tuple:
 def subset_note(opts: Options, impl, N: int, T: int) -> Optional[str]:
     """Why the default grid (or ``--quick``) leaves ``impl`` out of this cell, or None."""
     if opts.quick and impl.compiles:
-        return ("--quick leaves torch.compile out: its first call compiles for 4-10 s per op and shape (H100, "
-                "torch 2.11), most of a quick run; the default grid times it")
+        return ("--quick leaves torch.compile out: its first call compiles for seconds per op and shape, most of "
+                "a quick run; the default grid times it")
     if opts.shapes is not None or opts.quick or opts.all_cells:
         return None
     if impl.key in LOOP_KEYS and N not in LOOP_ENVS:
@@ -339,7 +339,7 @@ def _end_to_end(p: report.Printer, cuda: bool, quick: bool) -> dict:
                      report.fmt_time(r["gae_loop_s"] * 1e6), report.fmt_time(r["gae_rlscan_s"] * 1e6),
                      report.fmt_time(r["rest_of_update_s"] * 1e6), f"{100 * r['share_loop']:.2f}%",
                      f"{100 * r['share_rlscan']:.3f}%", f"×{r['update_speedup']:.3f}"])
-    from rlscan.adapters.baselines import available
+    from .baselines import available
 
     if available("sb3"):
         with p.status("end to end: Stable-Baselines3 PPO (CartPole-v1, CPU)…"):
@@ -373,7 +373,7 @@ def _versions() -> dict:
     import numpy
 
     from rlscan import __version__
-    from rlscan.adapters.baselines import version
+    from .baselines import version
 
     v = dict(rlscan=__version__, torch=torch.__version__, numpy=numpy.__version__, python=platform.python_version(),
              torchrl=version("torchrl"), stable_baselines3=version("sb3"))

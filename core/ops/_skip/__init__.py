@@ -18,7 +18,7 @@ import torch
 from ..._call import Call, _compiling, trusted_call
 from ..._inputs import check_shape
 from ..._library import register_fused
-from ..._spec import OpSpec
+from ..._spec import Kernel, OpSpec, Ref
 from .. import _forms
 from ..linear_scan import linear_scan
 
@@ -83,18 +83,6 @@ def next_kept_values_form(v: torch.Tensor, boot, m: torch.Tensor) -> torch.Tenso
     return torch.cat([W[1:], boot.unsqueeze(0)])
 
 
-def _kernel():
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, True
-
-
-def _cpu(*args):
-    from . import cpu
-
-    cpu.run(*args)
-
-
 def _differentiable(call, v, boot, mask):
     v = _forms.time_first(v, call)
     m = kept(_forms.time_first(mask, call), v)
@@ -106,8 +94,8 @@ NEXT_KEPT = OpSpec(
     name="next_kept_values",
     inputs=(("values", "series"), ("bootstrap_value", "batch"), ("mask", "flag")),
     n_out=1,
-    kernel=_kernel,
-    cpu=_cpu,
+    kernel=Kernel(module="rlscan.ops._skip.kernel", reverse=True),
+    cpu=Ref("rlscan.ops._skip.cpu:run"),
     differentiable=_differentiable,
     init_of=1,
 )

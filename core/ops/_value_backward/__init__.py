@@ -8,29 +8,10 @@ discounted return is the λ-return with ``V`` absent and ``λ = 1``.
 """
 from __future__ import annotations
 
-import functools
-
 from ..._autograd import (
     backward_spec, gradient_buffers, run_backward, split_value_after, value_after_source,
 )
-from ..._spec import OpSpec
-
-
-def _kernel(is_gae: bool):
-    from . import kernel
-
-    if is_gae:
-        return kernel.gae_coeffs, kernel.gae_emit, False
-    return kernel.lambda_return_coeffs, kernel.lambda_return_emit, False
-
-
-def _cpu(is_gae: bool):
-    def run(*args):
-        from . import cpu  # here, not at the top: numba loads with the first CPU call
-
-        cpu.run(*args, is_gae=is_gae)
-
-    return run
+from ..._spec import Kernel, OpSpec, Ref
 
 
 def _spec(name: str, is_gae: bool):
@@ -38,7 +19,11 @@ def _spec(name: str, is_gae: bool):
               ("bootstrap_value", "batch"), ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef"),
               ("lmbda", "coef"), ("state", "series"))
     # the forward state is always there, laid out as the outputs: it orients the tiles
-    return backward_spec(name, inputs, 5, functools.partial(_kernel, is_gae), time_contiguous_of=9, cpu=_cpu(is_gae))
+    prefix = "gae" if is_gae else "lambda_return"
+    kernel = Kernel(module="rlscan.ops._value_backward.kernel", coeffs=f"{prefix}_coeffs", emit=f"{prefix}_emit",
+                    reverse=False)
+    return backward_spec(name, inputs, 5, kernel, time_contiguous_of=9,
+                         cpu=Ref("rlscan.ops._value_backward.cpu:run", is_gae=is_gae))
 
 
 GAE = _spec("gae_backward", is_gae=True)

@@ -4,21 +4,9 @@ from __future__ import annotations
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._library import register_fused
-from ..._spec import OpSpec
+from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
 from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
-
-
-def _kernel():
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, True
-
-
-def _cpu(*args):
-    from . import cpu
-
-    cpu.run(*args)
 
 
 def _differentiable(call, r, nv, boot, term, trunc, g_t, gamma):
@@ -44,24 +32,12 @@ OP = OpSpec(
     inputs=(("rewards", "series"), ("next_values", "series"), ("bootstrap_value", "batch"),
             ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef")),
     n_out=1,
-    kernel=_kernel,
-    cpu=_cpu,
+    kernel=Kernel(module="rlscan.ops.discounted_returns.kernel", reverse=True),
+    cpu=Ref("rlscan.ops.discounted_returns.cpu:run"),
     differentiable=_differentiable,
     backward=_backward,
 )
 register_fused(OP, trusted_call)
-
-
-def _kernel_masked():
-    from . import kernel
-
-    return kernel.coeffs_masked, kernel.emit, True
-
-
-def _cpu_masked(*args):
-    from . import cpu
-
-    cpu.run_masked(*args)
 
 
 def _differentiable_masked(call, r, boot, term, mask, g_t, gamma):
@@ -78,8 +54,8 @@ MASKED = OpSpec(
     inputs=(("rewards", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"), ("mask", "flag"),
             ("gamma", "coef")),
     n_out=1,
-    kernel=_kernel_masked,
-    cpu=_cpu_masked,
+    kernel=Kernel(module="rlscan.ops.discounted_returns.kernel", coeffs="coeffs_masked", reverse=True),
+    cpu=Ref("rlscan.ops.discounted_returns.cpu:run_masked"),
     differentiable=_differentiable_masked,
     init_of=1,
 )
@@ -125,3 +101,14 @@ def discounted_returns(
         return call.run(MASKED, tensors, (g.value,), exact=exact, out=out)[0]
     tensors = (call.anchor, next_values, bootstrap_value, terminated, truncated, g.tensor)
     return call.run(OP, tensors, (g.value,), exact=exact, out=out)[0]
+
+
+PUBLIC = PublicOp(
+    name="discounted_returns",
+    function=discounted_returns,
+    reference=Ref("rlscan.ops.discounted_returns.reference:discounted_returns"),
+    specs=(OP, MASKED),
+    arguments=Arguments(positional=("rewards",), value_after="next_values", bootstrap="optional",
+                        flags=("terminated", "truncated"), coefs=("gamma",)),
+    bench=Bench(series=("rewards",), flags=("terminated",), batch=("bootstrap_value",), params=dict(gamma=0.99)),
+)

@@ -5,21 +5,9 @@ from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._autograd import backward_spec, gradient_buffers, run_backward
 from ..._library import register_fused
-from ..._spec import OpSpec
+from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
 from .. import _forms
 from ..linear_scan import linear_scan
-
-
-def _kernel():
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, False
-
-
-def _cpu(*args):
-    from . import cpu
-
-    cpu.run(*args)
 
 
 def _differentiable(call, x, dones, g_t, l_t, init, gamma, lmbda, gamma_lmbda):
@@ -31,22 +19,13 @@ def _differentiable(call, x, dones, g_t, l_t, init, gamma, lmbda, gamma_lmbda):
     return (_forms.result(linear_scan(x, beta, initial=_forms.upcast(init, call)), call),)
 
 
-def _cpu_backward(*args):
-    from . import cpu
-
-    cpu.run_backward(*args)
-
-
-def _backward_kernel():
-    from . import kernel
-
-    return kernel.backward_coeffs, kernel.backward_emit, True
-
-
 BACKWARD = backward_spec(
     "eligibility_traces_backward",
     (("grad", "series"), ("dones", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("traces", "series")),
-    n_out=4, kernel=_backward_kernel, time_contiguous_of=4, cpu=_cpu_backward)
+    n_out=4, time_contiguous_of=4,
+    kernel=Kernel(module="rlscan.ops.eligibility_traces.kernel", coeffs="backward_coeffs", emit="backward_emit",
+                  reverse=True),
+    cpu=Ref("rlscan.ops.eligibility_traces.cpu:run_backward"))
 
 
 def traces_backward(call, x, dones, g_t, l_t, init, scalars, traces, grad, needs) -> tuple:
@@ -70,8 +49,8 @@ OP = OpSpec(
     name="eligibility_traces",
     inputs=(("x", "series"), ("dones", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("initial", "batch")),
     n_out=1,
-    kernel=_kernel,
-    cpu=_cpu,
+    kernel=Kernel(module="rlscan.ops.eligibility_traces.kernel", reverse=False),
+    cpu=Ref("rlscan.ops.eligibility_traces.cpu:run"),
     differentiable=_differentiable,
     init_of=4,
     backward=_backward,
@@ -104,3 +83,13 @@ def eligibility_traces(x, *, dones, gamma, lmbda, initial=None, time_dim=0, exac
     initial = call.batch("initial", initial)
     tensors = (call.anchor, dones, g.tensor, lam.tensor, initial)
     return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]
+
+
+PUBLIC = PublicOp(
+    name="eligibility_traces",
+    function=eligibility_traces,
+    reference=Ref("rlscan.ops.eligibility_traces.reference:eligibility_traces"),
+    specs=(OP,),
+    arguments=Arguments(positional=("x",), flags=("dones",), coefs=("gamma", "lmbda"), initial=True),
+    bench=Bench(series=("x",), flags=("dones",), batch=("initial",), params=dict(gamma=0.99, lmbda=0.95)),
+)

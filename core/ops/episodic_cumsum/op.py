@@ -4,22 +4,10 @@ from __future__ import annotations
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._library import register_fused
-from ..._spec import OpSpec
+from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
 from .. import _forms
 from ..eligibility_traces.op import traces_backward
 from ..linear_scan import linear_scan
-
-
-def _kernel():
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, False
-
-
-def _cpu(*args):
-    from . import cpu
-
-    cpu.run(*args)
 
 
 def _differentiable(call, x, dones, init):
@@ -40,8 +28,8 @@ OP = OpSpec(
     name="episodic_cumsum",
     inputs=(("x", "series"), ("dones", "flag"), ("initial", "batch")),
     n_out=1,
-    kernel=_kernel,
-    cpu=_cpu,
+    kernel=Kernel(module="rlscan.ops.episodic_cumsum.kernel", reverse=False),
+    cpu=Ref("rlscan.ops.episodic_cumsum.cpu:run"),
     differentiable=_differentiable,
     init_of=2,
     backward=_backward,
@@ -64,3 +52,13 @@ def episodic_cumsum(x, *, dones, initial=None, time_dim=0, exact=False, out_dtyp
     dones = call.flags("dones", dones)
     initial = call.batch("initial", initial)
     return call.run(OP, (call.anchor, dones, initial), (), exact=exact, out=out)[0]
+
+
+PUBLIC = PublicOp(
+    name="episodic_cumsum",
+    function=episodic_cumsum,
+    reference=Ref("rlscan.ops.episodic_cumsum.reference:episodic_cumsum"),
+    specs=(OP,),
+    arguments=Arguments(positional=("x",), flags=("dones",), initial=True),
+    bench=Bench(series=("x",), flags=("dones",), batch=("initial",)),
+)

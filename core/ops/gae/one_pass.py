@@ -8,16 +8,20 @@ batch axis that read the same inputs, and the emit step writes ``Â = E − W/λ
 kernel kind applies, each input is read from memory once, and the whitening's sums can
 be gathered on the way (``stats``).
 
-Rows contiguous in time (``[B, T]`` responses) with a scalar ``γ`` and at least
-``ROW_MIN_T`` steps run the same two scans in a kernel of their own: both scans in one
-``tl.associative_scan`` of four series, each tile walked from its end, the tiles of a row
-walked by one program (``kernel.masked_rows_kernel``) or, for long rows, one per program
-and chained (``kernel.masked_rows_chained_kernel``), as ``ROW_TILES`` says.
+Rows contiguous in time (``[B, T]`` responses) with a scalar ``γ`` and at least the
+settings table's ``gae_row_min_t`` steps run the same two scans in a kernel of their own:
+both scans in one ``tl.associative_scan`` of four series, each tile walked from its end,
+the tiles of a row walked by one program (``kernel.masked_rows_kernel``) or, for long rows,
+one per program and chained (``kernel.masked_rows_chained_kernel``), as the table's
+``gae_row_tiles`` says: ``(most T, BLOCK_T, warps, look-back)``, the first entry whose
+bound holds the rows; a look-back of 0: one program walks each row; above 0: one program
+per tile, chained along the row by a look-back of that many words per round trip.
 
-Used on the Triton path for a scalar ``λ ≥ LAMBDA_MIN`` (below it ``W/λ`` would cost
-precision), a layout with one batch group, and no ``exact``; otherwise, or if the
-kernels fail, the op runs its two scans (:func:`rlscan.gae`'s masked path). If the row
-kernel fails, the lanes take over.
+Used on the Triton path for a scalar ``λ`` of at least the table's ``gae_lambda_min``
+(below it ``W/λ`` would cost precision), a layout with one batch group, and no ``exact``;
+otherwise, or if the kernels fail, the op runs its two scans (:func:`rlscan.gae`'s masked
+path). If the row kernel fails, the lanes take over. The three decisions, with their
+reasons and evidence, are in the table's ``policy`` (``rlscan plan gae`` prints them).
 """
 from __future__ import annotations
 
@@ -29,20 +33,8 @@ import torch
 
 from ..._inputs import Layout, plan_layout
 from ..._spec import tensor_signature
+from ..._triton import policy
 
-LAMBDA_MIN = 0.5
-#: Rows contiguous in time of ``ROW_MIN_T`` steps or more run in tiles of ``BLOCK_T`` steps on
-#: ``warps`` warps: ``(T, BLOCK_T, warps, look-back)``, the first entry whose ``T`` holds the
-#: rows. A look-back of 0: one program walks each row; above 0: one program per tile,
-#: chained along the row by a look-back of that many words per round trip. Shorter rows
-#: run as two lanes of the scan engine. On an H200 (GAE + whitening, int64 masks, bf16
-#: values, device µs; ``tools/verl_timing.py --rows``): walked 2048-step tiles took 11.9 at
-#: 256 x 4096 (chained 15.2, lanes 21.9) and 12.3 at 512 x 2048; chained 1024-step tiles
-#: 26.8 at 64 x 32768 (walked 49.1, lanes 41.7), 13.3 at 16 x 32768 and 11.8 at 64 x 8192
-#: (lanes 17.9 and 15.4). Rows of 512 steps lost (17.6 against 12.2 µs at 2048 x 512), where
-#: the engine puts several rows in a program.
-ROW_TILES = ((1024, 1024, 4, 0), (4096, 2048, 4, 0), (2**31, 1024, 4, 1))
-ROW_MIN_T = 1024
 #: tests only: chained tiles at odd positions publish no state, so that the look-back must
 #: compose published pairs (Triton's interpreter runs programs one after another)
 ROW_TEST_LOOKBACK = False
@@ -53,7 +45,7 @@ _row_plans: dict = {}
 
 def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: float, stats: Optional[torch.Tensor]):
     """``(advantages, returns)`` of the masked GAE, or ``None`` where this path does not apply."""
-    if _failed or not lmbda >= LAMBDA_MIN:
+    if _failed or not lmbda >= policy.value("gae_lambda_min", _policy_table(r.device)):
         return None
     layout = plan_layout(call.shape, call.time_dim, [t for t in (r, v, term, mask, gamma_tensor) if t is not None],
                          [] if boot is None else [boot])
@@ -109,21 +101,30 @@ def _run(call, lanes, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda, 
     return outs[:2]
 
 
-def _row_tile(T: int):
-    return next((tuple(tile) for most, *tile in ROW_TILES if T <= most), None)
+def _policy_table(device):
+    from ..._triton import launch
+
+    return launch.policy_table(device)
+
+
+def _row_tile(T: int, device):
+    tiles = policy.value("gae_row_tiles", _policy_table(device))
+    return next((tuple(tile) for most, *tile in tiles if T <= most), None)
 
 
 def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
     """The masked GAE over rows contiguous in time (``kernel.masked_rows_kernel``, or its
-    chained form), or ``None`` where the rows are not contiguous in time, their length has
-    no entry in ``ROW_TILES``, or the chained form would need float64 words or run under
-    ``torch.use_deterministic_algorithms`` (the engine's two lanes then run)."""
+    chained form), or ``None`` where the rows are not contiguous in time, their length is
+    under the table's ``gae_row_min_t`` or has no entry in its ``gae_row_tiles``, or the
+    chained form would need float64 words or run under ``torch.use_deterministic_algorithms``
+    (the engine's two lanes then run)."""
     from ..._triton import launch
     from . import kernel
 
-    tile = _row_tile(layout.T)
+    tile = _row_tile(layout.T, r.device)
     series = (r, v, term, mask)
-    if tile is None or layout.T < ROW_MIN_T or any(x is not None and layout.strides(x)[0] != 1 for x in series):
+    min_t = policy.value("gae_row_min_t", _policy_table(r.device))
+    if tile is None or layout.T < min_t or any(x is not None and layout.strides(x)[0] != 1 for x in series):
         return None
     block_t, warps, lookback = tile
     compute = call.compute_dtype

@@ -17,29 +17,7 @@ from torch.library import custom_op
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._inputs import check_bool
-from ..._spec import OpSpec
-
-
-def _kernel(reverse: bool):
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, reverse
-
-
-def _adjoint_kernel(reverse: bool):
-    from . import kernel
-
-    coeffs = kernel.adjoint_of_reverse_coeffs if reverse else kernel.adjoint_of_forward_coeffs
-    return coeffs, kernel.adjoint_emit, not reverse
-
-
-def _cpu(reverse: bool, adjoint: bool):
-    def run(*args):
-        from . import cpu  # here, not at the top: numba loads with the first CPU call
-
-        (cpu.run_adjoint if adjoint else cpu.run_scan)(*args, reverse=reverse)
-
-    return run
+from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
 
 
 def _differentiable(call, alpha, beta, initial, beta_value, *, reverse):
@@ -51,6 +29,15 @@ def _compiled(call, tensors, scalars, exact, *, reverse):
     return _differentiable(call, *tensors, *scalars, reverse=reverse)
 
 
+def _kernel(reverse: bool, adjoint: bool) -> Kernel:
+    """The scan's coefficients; the adjoint of a scan runs the other way."""
+    if not adjoint:
+        return Kernel(module="rlscan.ops.linear_scan.kernel", reverse=reverse)
+    return Kernel(module="rlscan.ops.linear_scan.kernel",
+                  coeffs="adjoint_of_reverse_coeffs" if reverse else "adjoint_of_forward_coeffs",
+                  emit="adjoint_emit", reverse=not reverse)
+
+
 def _spec(name, reverse, adjoint=False):
     inputs = (("g", "series"), ("beta", "series"), ("A", "series"), ("initial", "batch")) if adjoint else (
         ("alpha", "series"), ("beta", "series"), ("initial", "batch"))
@@ -58,8 +45,9 @@ def _spec(name, reverse, adjoint=False):
         name=name,
         inputs=inputs,
         n_out=2 if adjoint else 1,
-        kernel=functools.partial(_adjoint_kernel if adjoint else _kernel, reverse),
-        cpu=_cpu(reverse, adjoint),
+        kernel=_kernel(reverse, adjoint),
+        cpu=Ref("rlscan.ops.linear_scan.cpu:run_adjoint" if adjoint else "rlscan.ops.linear_scan.cpu:run_scan",
+                reverse=reverse),
         differentiable=functools.partial(_differentiable, reverse=reverse),
         init_of=None if adjoint else 2,
         compiled=functools.partial(_compiled, reverse=reverse),
@@ -103,6 +91,17 @@ def linear_scan(alpha, beta, *, reverse=False, initial=None, time_dim=0, exact=F
     initial = call.batch("initial", initial)
     spec = REVERSE if reverse else FORWARD
     return call.run(spec, (call.anchor, beta, initial), (beta_value,), exact=exact, out=out)[0]
+
+
+PUBLIC = PublicOp(
+    name="linear_scan",
+    function=linear_scan,
+    reference=Ref("rlscan.ops.linear_scan.reference:linear_scan"),
+    specs=(FORWARD, REVERSE),
+    arguments=Arguments(positional=("alpha", "beta"), multiplier="beta", initial=True, fixed={"reverse": False},
+                        variants={"linear_scan_reverse": {"reverse": True}}),
+    bench=Bench(series=("alpha", "beta"), params=dict(reverse=True)),
+)
 
 
 # ----------------------------------------------------------------------------- the custom ops

@@ -12,7 +12,7 @@ from ..._autograd import (
 )
 from ..._library import register_fused
 from ..._inputs import check_clip
-from ..._spec import OpSpec
+from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
 from .. import _forms
 from ..linear_scan import linear_scan
 
@@ -20,30 +20,6 @@ from ..linear_scan import linear_scan
 class RetraceOutput(NamedTuple):
     q_targets: torch.Tensor
     advantages: torch.Tensor
-
-
-def _kernel():
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, True
-
-
-def _table_kernel():
-    from . import kernel, table
-
-    return kernel.table_coeffs, kernel.emit, True, table.plan
-
-
-def _cpu(*args):
-    from . import cpu
-
-    cpu.run(*args)
-
-
-def _table_cpu(*args):
-    from . import cpu
-
-    cpu.run_table(*args)
 
 
 def retrace_form(call, r, q, e, rho, ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip):
@@ -63,24 +39,14 @@ def _differentiable(call, r, q, e, log_rho, ne, boot, term, trunc, g_t, l_t, gam
     return retrace_form(call, r, q, e, log_rho.exp(), ne, boot, term, trunc, g_t, l_t, gamma, lmbda, c_clip)
 
 
-def _cpu_backward(*args):
-    from . import cpu
-
-    cpu.run_backward(*args)
-
-
-def _backward_kernel():
-    from . import kernel
-
-    return kernel.backward_coeffs, kernel.backward_emit, False
-
-
 BACKWARD = backward_spec(
     "retrace_backward",
     (("grad_q_targets", "series"), ("grad_advantages", "series"), ("q_taken", "series"), ("expected_q", "series"),
      ("log_rhos", "series"), ("next_expected_q", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
      ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("q_targets", "series")),
-    n_out=7, kernel=_backward_kernel, time_contiguous_of=11, cpu=_cpu_backward)
+    n_out=7, time_contiguous_of=11,
+    kernel=Kernel(module="rlscan.ops.retrace.kernel", coeffs="backward_coeffs", emit="backward_emit", reverse=False),
+    cpu=Ref("rlscan.ops.retrace.cpu:run_backward"))
 
 
 def _backward(call, tensors, scalars, outs, grads, needs):
@@ -102,8 +68,8 @@ OP = OpSpec(
             ("next_expected_q", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
             ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
     n_out=2,
-    kernel=_kernel,
-    cpu=_cpu,
+    kernel=Kernel(module="rlscan.ops.retrace.kernel", reverse=True),
+    cpu=Ref("rlscan.ops.retrace.cpu:run"),
     differentiable=_differentiable,
     backward=_backward,
 )
@@ -214,8 +180,9 @@ TABLE_OP = OpSpec(
             ("behaviour_log_probs", "series"), ("next_expected_q", "series"), ("bootstrap_value", "batch"),
             ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
     n_out=2,
-    kernel=_table_kernel,
-    cpu=_table_cpu,
+    kernel=Kernel(module="rlscan.ops.retrace.kernel", coeffs="table_coeffs", reverse=True,
+                  prologue=Ref("rlscan.ops.retrace.table:plan")),
+    cpu=Ref("rlscan.ops.retrace.cpu:run_table"),
     differentiable=_table_differentiable,
     backward=_table_backward,
 )
@@ -275,3 +242,27 @@ def retrace_from_q(
     tensors = (call.anchor, q_values, target_probs, actions, behaviour_log_probs, next_expected_q, bootstrap_value,
                terminated, truncated, g.tensor, lam.tensor)
     return RetraceOutput(*call.run(TABLE_OP, tensors, (g.value, lam.value, g.value * lam.value, c_clip), exact=exact, out=out))
+
+
+PUBLIC = PublicOp(
+    name="retrace",
+    function=retrace,
+    reference=Ref("rlscan.ops.retrace.reference:retrace"),
+    specs=(OP,),
+    exports=(RetraceOutput,),
+    arguments=Arguments(positional=("rewards", "q_taken", "expected_q", "log_rhos"), value_after="next_expected_q",
+                        bootstrap="required", flags=("terminated", "truncated"), coefs=("gamma", "lmbda"),
+                        clips=("c_clip",)),
+    bench=Bench(series=("rewards", "q_taken", "expected_q", "log_rhos"), flags=("terminated",),
+                batch=("bootstrap_value",), params=dict(gamma=0.99, lmbda=1.0, c_clip=1.0)),
+)
+PUBLIC_FROM_Q = PublicOp(
+    name="retrace_from_q",
+    function=retrace_from_q,
+    reference=Ref("rlscan.ops.retrace.reference:retrace_from_q"),
+    specs=(TABLE_OP,),
+    arguments=Arguments(positional=("rewards", "q_values", "actions", "target_probs", "behaviour_log_probs"),
+                        tables=("q_values", "target_probs"), actions="actions", value_after="next_expected_q",
+                        bootstrap="required", flags=("terminated", "truncated"), coefs=("gamma", "lmbda"),
+                        clips=("c_clip",)),
+)

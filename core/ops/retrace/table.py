@@ -3,12 +3,15 @@ memory order, and writes the per-step series of :func:`rlscan.retrace`::
 
     q_t = Q[t, a_t],   E_t = Σ_a π[t, a] Q[t, a],   log ρ_t = log π[t, a_t] − log μ_t
 
-then the plain Retrace scan runs on them. At 4096 x 2048 with 4 actions this ran 1.9x
-faster than reducing the tables inside the scan's tiles, as fast at 4096 x 128
-(tools/seed_compare.py; docs/benchmarks.md); the exact path keeps the fused kernel.
+then the plain Retrace scan runs on them: the tables are read once, in memory order, where
+reducing them inside the scan's tiles reads them in the scan's order (docs/benchmarks.md
+has the comparison); the exact path keeps the fused kernel.
 
-Contiguous inputs (every series in one memory order, the tables in rows of consecutive
-actions, up to ``MAX_BLOCK_A`` of them) take the prologue's vector path: no position is
+A program of the prologue reads the settings table's ``retrace_table_elements`` positions
+times actions, its actions ``retrace_max_block_a`` at a time (the table's ``policy``, with
+their reasons; ``rlscan plan retrace`` prints them). Contiguous inputs (every series in one
+memory order, the tables in rows of consecutive actions, up to ``retrace_max_block_a`` of
+them) take the prologue's vector path: no position is
 divided into its indices and the number of actions is a compile-time constant, so the rows
 load as 16-byte vectors for 4 actions (8 bytes for 6 or 18); anything else takes the
 strided path.
@@ -21,11 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._triton import launch
+from ..._triton import launch, policy
 from ..._triton.primitives import split_envs
 
-ELEMENTS = 2048  # positions x actions per prologue program (4 warps, 16 per thread per table)
-MAX_BLOCK_A = 64  # actions per load; more are read in a loop
 _ALIGN = 256  # bytes: each scratch series starts as aligned as a fresh allocation's, for the vector loads
 
 
@@ -133,14 +134,16 @@ class TablePlan:
     def __init__(self, layout, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, device, wide,
                  inner_plan, fallback=None):
         n_actions = in_strides[1][4]
-        self.block_a = min(MAX_BLOCK_A, triton.next_power_of_2(n_actions))
-        self.block_p = max(16, ELEMENTS // self.block_a)
+        table = launch.policy_table(device)
+        max_block_a = policy.value("retrace_max_block_a", table)
+        self.block_a = min(max_block_a, triton.next_power_of_2(n_actions))
+        self.block_p = max(16, policy.value("retrace_table_elements", table) // self.block_a)
         self.layout, self.in_strides, self.out_strides = layout, in_strides, out_strides
         self.compute_dtype, self.device = compute_dtype, device
         self.grid = (math.ceil(layout.T * layout.B / self.block_p), 1, 1)
         fast = bool(time_contiguous)
         # every input and the scratch series in one memory order, the tables in rows of actions
-        flat = (n_actions <= MAX_BLOCK_A and in_strides[1][3] == 1 and in_strides[2][3] == 1
+        flat = (n_actions <= max_block_a and in_strides[1][3] == 1 and in_strides[2][3] == 1
                 and _dense(layout, out_strides)
                 and all(_flat(layout, in_strides[i], out_strides, n_actions) for i in (1, 2))
                 and all(_flat(layout, in_strides[i], out_strides, 1) for i in (3, 4)))

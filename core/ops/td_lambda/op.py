@@ -4,21 +4,9 @@ from __future__ import annotations
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._library import register_fused
-from ..._spec import OpSpec
+from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
 from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
-
-
-def _kernel():
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, True
-
-
-def _cpu(*args):
-    from . import cpu
-
-    cpu.run(*args)
 
 
 def _differentiable(call, r, v, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, gamma_lmbda):
@@ -39,24 +27,12 @@ OP = OpSpec(
     inputs=(("rewards", "series"), ("values", "series"), ("next_values", "series"), ("bootstrap_value", "batch"),
             ("terminated", "flag"), ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
     n_out=1,
-    kernel=_kernel,
-    cpu=_cpu,
+    kernel=Kernel(module="rlscan.ops.td_lambda.kernel", reverse=True),
+    cpu=Ref("rlscan.ops.td_lambda.cpu:run"),
     differentiable=_differentiable,
     backward=_backward,
 )
 register_fused(OP, trusted_call)
-
-
-def _kernel_masked():
-    from . import kernel
-
-    return kernel.coeffs_masked, kernel.emit, True
-
-
-def _cpu_masked(*args):
-    from . import cpu
-
-    cpu.run_masked(*args)
 
 
 def _differentiable_masked(call, r, v, w, boot, term, mask, g_t, l_t, gamma, lmbda, gamma_lmbda):
@@ -74,8 +50,8 @@ MASKED = OpSpec(
     inputs=(("rewards", "series"), ("values", "series"), ("next_kept_values", "series"), ("bootstrap_value", "batch"),
             ("terminated", "flag"), ("mask", "flag"), ("gamma", "coef"), ("lmbda", "coef")),
     n_out=1,
-    kernel=_kernel_masked,
-    cpu=_cpu_masked,
+    kernel=Kernel(module="rlscan.ops.td_lambda.kernel", coeffs="coeffs_masked", reverse=True),
+    cpu=Ref("rlscan.ops.td_lambda.cpu:run_masked"),
     differentiable=_differentiable_masked,
     init_of=3,
 )
@@ -126,3 +102,15 @@ def td_lambda(
                                              out)[0]
     tensors = (call.anchor, values, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
     return call.run(OP, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out)[0]
+
+
+PUBLIC = PublicOp(
+    name="td_lambda",
+    function=td_lambda,
+    reference=Ref("rlscan.ops.td_lambda.reference:td_lambda"),
+    specs=(OP, MASKED),
+    arguments=Arguments(positional=("rewards", "values"), value_after="next_values", bootstrap="required",
+                        flags=("terminated", "truncated"), coefs=("gamma", "lmbda")),
+    bench=Bench(series=("rewards", "values"), flags=("terminated",), batch=("bootstrap_value",),
+                params=dict(gamma=0.99, lmbda=0.95)),
+)

@@ -12,7 +12,7 @@ from ..._autograd import (
 )
 from ..._library import register_fused
 from ..._inputs import check_clip
-from ..._spec import OpSpec
+from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
 from .. import _forms
 from ..linear_scan import linear_scan
 
@@ -20,18 +20,6 @@ from ..linear_scan import linear_scan
 class VTraceOutput(NamedTuple):
     vs: torch.Tensor
     pg_advantages: torch.Tensor
-
-
-def _kernel():
-    from . import kernel
-
-    return kernel.coeffs, kernel.emit, True
-
-
-def _cpu(*args):
-    from . import cpu
-
-    cpu.run(*args)
 
 
 def _differentiable(call, r, v, log_rho, nv, boot, term, trunc, g_t, l_t, gamma, lmbda, rho_clip, c_clip, pg_clip):
@@ -50,24 +38,14 @@ def _differentiable(call, r, v, log_rho, nv, boot, term, trunc, g_t, l_t, gamma,
     return _forms.result(vs, call), _forms.result(pg, call)
 
 
-def _cpu_backward(*args):
-    from . import cpu
-
-    cpu.run_backward(*args)
-
-
-def _backward_kernel():
-    from . import kernel
-
-    return kernel.backward_coeffs, kernel.backward_emit, False
-
-
 BACKWARD = backward_spec(
     "vtrace_backward",
     (("grad_vs", "series"), ("grad_pg", "series"), ("rewards", "series"), ("values", "series"),
      ("log_rhos", "series"), ("next_values", "series"), ("bootstrap_value", "batch"), ("terminated", "flag"),
      ("truncated", "flag"), ("gamma", "coef"), ("lmbda", "coef"), ("vs", "series")),
-    n_out=6, kernel=_backward_kernel, time_contiguous_of=11, cpu=_cpu_backward)
+    n_out=6, time_contiguous_of=11,
+    kernel=Kernel(module="rlscan.ops.vtrace.kernel", coeffs="backward_coeffs", emit="backward_emit", reverse=False),
+    cpu=Ref("rlscan.ops.vtrace.cpu:run_backward"))
 
 
 def _backward(call, tensors, scalars, outs, grads, needs):
@@ -89,8 +67,8 @@ OP = OpSpec(
             ("bootstrap_value", "batch"), ("terminated", "flag"), ("truncated", "flag"),
             ("gamma", "coef"), ("lmbda", "coef")),
     n_out=2,
-    kernel=_kernel,
-    cpu=_cpu,
+    kernel=Kernel(module="rlscan.ops.vtrace.kernel", reverse=True),
+    cpu=Ref("rlscan.ops.vtrace.cpu:run"),
     differentiable=_differentiable,
     backward=_backward,
 )
@@ -144,3 +122,17 @@ def vtrace(
     clips = tuple(check_clip(n, x) for n, x in (("rho_clip", rho_clip), ("c_clip", c_clip), ("pg_rho_clip", pg_rho_clip)))
     tensors = (call.anchor, values, log_rhos, next_values, bootstrap_value, terminated, truncated, g.tensor, lam.tensor)
     return VTraceOutput(*call.run(OP, tensors, (g.value, lam.value) + clips, exact=exact, out=out))
+
+
+PUBLIC = PublicOp(
+    name="vtrace",
+    function=vtrace,
+    reference=Ref("rlscan.ops.vtrace.reference:vtrace"),
+    specs=(OP,),
+    exports=(VTraceOutput,),
+    arguments=Arguments(positional=("rewards", "values", "log_rhos"), value_after="next_values", bootstrap="required",
+                        flags=("terminated", "truncated"), coefs=("gamma", "lmbda"),
+                        clips=("rho_clip", "c_clip", "pg_rho_clip")),
+    bench=Bench(series=("rewards", "values", "log_rhos"), flags=("terminated",), batch=("bootstrap_value",),
+                params=dict(gamma=0.99, lmbda=1.0, rho_clip=1.0, c_clip=1.0, pg_rho_clip=1.0)),
+)

@@ -19,7 +19,8 @@ on another op's kernel. Each records the reason "measured on <GPU> by rlscan tun
 ``ratio = time(shipped first) / time(setting)`` (above 1: faster than the shipped choice).
 The shipped settings follow, in their shipped order, for every call the measured groups do
 not cover (and for classes not reached within ``--budget-s``). The table is validated
-before it is written.
+before it is written. The table's policy choices are re-measured by
+:mod:`rlscan.bench.tune_policy`.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import time
 import warnings
 from typing import Callable, Optional
 
-from . import settings
+from .._triton import settings
 
 FIELDS = ("kind", "block_b", "num_warps", "block_t", "stripes", "steps", "stages", "unroll", "step_scan",
           "lookback", "link")
@@ -50,7 +51,7 @@ def _forced_fields(cfg: settings.Config) -> dict:
 
 def device_clock(fn: Callable, device) -> float:
     """Seconds per call on the device: CUDA-graph replay timed with CUDA events."""
-    from ..bench.timing import device_time, synchronizer, timed_once
+    from .timing import device_time, synchronizer, timed_once
 
     _, one = timed_once(fn, synchronizer(device))
     return device_time(fn, one_call_s=one, target_s=0.02, repeat=5).seconds
@@ -58,7 +59,7 @@ def device_clock(fn: Callable, device) -> float:
 
 def wall_clock(fn: Callable, device) -> float:
     """One synchronized call's wall clock (what the interpreter can offer; meaningless there)."""
-    from ..bench.timing import synchronizer, timed_once
+    from .timing import synchronizer, timed_once
 
     return timed_once(fn, synchronizer(device))[1]
 
@@ -91,9 +92,9 @@ def _run_checked(case, inputs, cfg, want, tolerance) -> tuple:
     """``(function that runs the call forced to cfg, None)`` or ``(None, why it is dropped)``."""
     import rlscan
 
-    from ..bench.cases import outputs_of
-    from ..bench.check import relative_error
-    from .launch import CompileFallbackWarning, forced_config
+    from .cases import outputs_of
+    from .check import relative_error
+    from .._triton.launch import CompileFallbackWarning, forced_config
 
     forced = _forced_fields(cfg)
 
@@ -126,7 +127,7 @@ def _class_inputs(c: settings.ShapeClass, op: str, device) -> tuple:
     class computes in words, else float64."""
     import torch
 
-    from ..bench.cases import CASES, make_inputs
+    from .cases import CASES, make_inputs
 
     dtype = torch.float32 if c.when.get("words", True) else torch.float64
     case = CASES[op]
@@ -141,7 +142,7 @@ def _compile_class(raw: dict, index: int, op: str, n_sm: int) -> int:
     import rlscan
 
     from .explain import call_query
-    from .launch import forced_config
+    from .._triton.launch import forced_config
 
     table = settings.validate(raw)
     c = table.classes[index]
@@ -187,7 +188,7 @@ def tune(table: settings.Table, *, ops, device, gpu: str, n_sm: int, budget_s: f
     ``jobs`` > 1: compile the candidates in that many processes first (:func:`precompile`)."""
     import torch
 
-    from ..bench.check import TOLERANCE, truth
+    from .check import TOLERANCE, truth
     from .explain import call_query
 
     clock = clock or (device_clock if device.type == "cuda" else wall_clock)
