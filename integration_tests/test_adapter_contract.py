@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
+from pathlib import Path
 
 import pytest
 
 import rlscan.adapters
 from rlscan.adapters import SHAPES, VERBS
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # openrlhf_timing imports OpenRLHF's class
+
 #: adapter -> the module its import needs (verl's adapter imports without verl; its patch() needs it)
 FRAMEWORKS = {"sb3": "stable_baselines3", "rsl_rl": "rsl_rl", "torchrl": "torchrl", "rllib": "ray.rllib",
-              "verl": None, "cleanrl": None}
+              "verl": None, "openrlhf": None, "cleanrl": None}
 #: adapter -> {older name: the name it is an alias of}
 OLD_NAMES = {
     "sb3": {"enable_triton_gae": "enable", "disable_triton_gae": "disable",
@@ -153,3 +157,13 @@ def test_verl_round_trip():
                 **{("attr", f): getattr(core_algos, f) for f in functions}}
 
     check_patch(verl, places)
+
+
+def test_openrlhf_round_trip():
+    openrlhf = adapter("openrlhf")
+    pytest.importorskip("openrlhf", reason="OpenRLHF is not installed (the README's test command installs 0.11.2)")
+    from openrlhf_timing import experience_maker
+
+    maker = experience_maker()
+    check_patch(openrlhf, lambda: {name: vars(maker)[name]
+                                   for name in ("get_advantages_and_returns", "get_cumulative_returns")})

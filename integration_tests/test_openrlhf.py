@@ -92,28 +92,24 @@ def test_cumulative_returns_match_openrlhf_bit_for_bit(maker, rewards_dtype, gam
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_patch_puts_rlscan_in_openrlhfs_class_and_unpatch_restores_it(maker):
+def test_patched_openrlhf_calls_rlscan_as_its_methods(maker):
+    """``patch()`` and ``unpatch()`` themselves: integration_tests/test_adapter_contract.py."""
     import rlscan.adapters.openrlhf as adapter
 
-    originals = {name: maker.__dict__[name] for name in ("get_advantages_and_returns", "get_cumulative_returns")}
     rewards, values, mask = _batch(4, 4, 64, torch.float32, True)
-    want = maker.get_advantages_and_returns(None, values, rewards, mask, 0.99, 0.95)
+    want = (maker.get_advantages_and_returns(None, values, rewards, mask, 0.99, 0.95),
+            maker.get_cumulative_returns(None, rewards, mask, 0.99))
     adapter.patch()
     try:
-        adapter.patch()  # a second call changes nothing
-        assert adapter.is_patched()
-        for name, original in originals.items():
-            assert maker.__dict__[name] is not original
+        for name in ("get_advantages_and_returns", "get_cumulative_returns"):
             assert maker.__dict__[name].__wrapped__ is getattr(adapter, name)
         instance = object.__new__(maker)  # OpenRLHF calls them as methods of its experience maker
-        got = instance.get_advantages_and_returns(values, rewards, mask, 0.99, 0.95)
-        for w, x in zip(want, got):
-            torch.testing.assert_close(x, w, rtol=0, atol=0)
+        got = (instance.get_advantages_and_returns(values, rewards, mask, 0.99, 0.95),
+               instance.get_cumulative_returns(rewards, mask, 0.99))
     finally:
         adapter.unpatch()
-    assert not adapter.is_patched()
-    for name, original in originals.items():
-        assert maker.__dict__[name] is original
+    for w, x in zip((*want[0], want[1]), (*got[0], got[1])):
+        torch.testing.assert_close(x, w, rtol=0, atol=0)
 
 
 def test_a_release_outside_the_range_is_refused_by_name():
