@@ -688,3 +688,10 @@ class _LoopCall:
 def cpu_runner(op, layout, compute_dtype):
     """The runner of ``op``'s CPU loop for arguments laid out as ``layout`` (see :class:`CpuRunner`)."""
     return CpuRunner(op, layout, compute_dtype)
+
+
+def cached_runners() -> list:
+    """The CPU runners in the signature cache (:mod:`rlscan._cache`), oldest first."""
+    from . import _cache
+
+    return [v for v in list(_cache.CACHE.values()) if isinstance(v, CpuRunner)]

@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .. import _cache
 from .._backend import interpreting
 from . import settings as _settings
 from .settings import CHAINED, Config, pow2 as _pow2, window as _window, with_chunks as _with_chunks  # noqa: F401
@@ -488,11 +489,11 @@ def _load_launch_internals() -> None:
 
 _POSITIONAL = ("ins", "in_strides", "outs", "out_strides", "scalars", "INIT", "init_strides", "AGG",
                "T", "B", "B_lo", "chunk_len", "n_chunks")
-_PLANS: dict = {}
 
 
-def _key(signature):
-    return signature, settings_key()
+def _key(signature) -> tuple:
+    """The signature cache's key of a plan made for ``signature`` (and the settings in force)."""
+    return ("plan", signature) + settings_key()
 
 
 #: tiles of at least this many steps per warp take the state carried into each step from
@@ -546,7 +547,13 @@ def reads_state_in(emit) -> bool:
 
 def cached_plan(signature) -> Optional[LaunchPlan]:
     """The plan made earlier for ``signature``, if any."""
-    return _PLANS.get(_key(signature))
+    return _cache.CACHE.get(_key(signature))
+
+
+def plans() -> list:
+    """The launch plans in the signature cache (a :class:`LaunchPlan`, or a plan of an op's own
+    such as Retrace-from-Q's table plan, which has launch settings too), oldest first."""
+    return [v for v in list(_cache.CACHE.values()) if isinstance(v, LaunchPlan) or hasattr(v, "constexprs")]
 
 
 def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
@@ -576,7 +583,5 @@ def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype,
     else:
         plan = engine_plan()
     if signature is not None:
-        if len(_PLANS) >= 4096:
-            _PLANS.clear()
-        _PLANS[_key(signature)] = plan
+        _cache.CACHE.keep(_key(signature), plan)
     return plan
