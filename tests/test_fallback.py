@@ -23,7 +23,7 @@ def failing(monkeypatch):
     as Triton 3.6 did (a PassManager failure); returns the kernels that were tried."""
     monkeypatch.setattr(L, "_WARNED", set())
     monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
-        tried = []
+    tried = []
     real = L._compile_and_launch
 
     def install(pred):

@@ -300,7 +300,7 @@ def test_state_carried_in_without_a_gather(op, config, way, monkeypatch):
     monkeypatch.setattr(launch, "EXCLUSIVE_STEPS_PER_WARP", 0)
     monkeypatch.setattr(launch, "FORCE_STATE_IN", way)
     monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
-        problem = _problem(op, dtype=torch.float32, seed=9)
+    problem = _problem(op, dtype=torch.float32, seed=9)
     with forced_config(**dict(KERNEL_CONFIGS[config], num_warps=2)):
         _assert_same_gradients(problem)
     assert any(plan.constexprs.get("STATE_IN") == way for plan in launch.plans())

@@ -322,7 +322,7 @@ def test_the_state_carried_in_is_read_back_from_an_output_of_the_compute_dtype(t
 
     monkeypatch.setattr(launch, "EXCLUSIVE_STEPS_PER_WARP", 1)
     monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
-        problem = make_problem("vtrace", (T, 3), dtype=getattr(torch, dtype), device=triton_path.device, seed=8)
+    problem = make_problem("vtrace", (T, 3), dtype=getattr(torch, dtype), device=triton_path.device, seed=8)
     for warps, want in ((2, way), (1, "gather")):
         _cache.clear()
         with forced_config(**dict(CONFIGS["scan-one-tile"], num_warps=warps)):
@@ -336,6 +336,6 @@ def test_a_tile_that_holds_every_step_runs_without_the_loop(triton_path, config,
     from rlscan._triton import launch
 
     monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
-        with forced_config(**CONFIGS[config]):
+    with forced_config(**CONFIGS[config]):
         assert_matches_reference(_problem("gae", "time-last", triton_path.device, seed=4))
     assert [plan.constexprs["ONE_TILE"] for plan in launch.plans()] == [one_tile]
