@@ -249,3 +249,56 @@ def test_replayed_backward_follows_the_gradients_layout(path, op):
     checked = [gradients(g, checked=True) for g in layouts]
     for a, b in zip(replayed, checked):
         assert torch.equal(a, b)
+
+
+def _frames_to_kernel(call) -> int:
+    """How many rlscan frames are on the stack when ``call()`` enters its kernel: a CPU loop
+    (numba reports its compiled functions to a profiler as calls of their Python code) or
+    Triton's launcher."""
+    import os
+    import sys
+
+    package = os.path.dirname(rlscan.__file__)
+    stack, found = [], []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            kernel = (code.co_filename.startswith(package) and code.co_name.endswith("_loop")) or \
+                f"{os.sep}triton{os.sep}" in code.co_filename
+            if kernel and not found:
+                found.append(sum(stack))
+            stack.append(code.co_filename.startswith(package))
+        elif event == "return" and stack:
+            stack.pop()
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    assert found, "the call entered no kernel"
+    return found[0]
+
+
+def test_a_warm_cpu_call_passes_at_most_four_frames():
+    """op → replay → runner → the loop's noted call: a repeat call at 8 × 16 reaches the loop
+    through at most four frames of rlscan's."""
+    r, v = torch.randn(16, 8), torch.randn(16, 8)
+    d, last = torch.rand(16, 8) < 0.1, torch.randn(8)
+    with rlscan.use_backend("cpu"):
+        for _ in range(3):
+            rlscan.gae(r, v, bootstrap_value=last, terminated=d)
+        assert _frames_to_kernel(lambda: rlscan.gae(r, v, bootstrap_value=last, terminated=d)) <= 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the direct launch needs a GPU (the interpreter launches "
+                                                             "every call through Triton's JITFunction)")
+def test_a_warm_gpu_call_passes_at_most_four_frames():
+    """op → replay → launch plan → direct launch: a repeat call at 4096 × 128 reaches Triton's
+    launcher through at most four frames of rlscan's."""
+    r, v = torch.randn(128, 4096, device="cuda"), torch.randn(128, 4096, device="cuda")
+    d, last = torch.rand(128, 4096, device="cuda") < 0.1, torch.randn(4096, device="cuda")
+    for _ in range(3):
+        rlscan.gae(r, v, bootstrap_value=last, terminated=d)
+    assert _frames_to_kernel(lambda: rlscan.gae(r, v, bootstrap_value=last, terminated=d)) <= 4

@@ -3,9 +3,11 @@ memory order, and writes the per-step series of :func:`rlscan.retrace`::
 
     q_t = Q[t, a_t],   E_t = Σ_a π[t, a] Q[t, a],   log ρ_t = log π[t, a_t] − log μ_t
 
-then the plain Retrace scan runs on them. At 4096 x 2048 with 4 actions this ran 1.9x
-faster than reducing the tables inside the scan's tiles, as fast at 4096 x 128
-(tools/seed_compare.py; docs/benchmarks.md); the exact path keeps the fused kernel.
+then the plain Retrace scan runs on them: the tables are read in memory order once, where
+reducing them inside the scan's tiles reads them in the scan's order (docs/benchmarks.md,
+"The CPU path's choices" and the Retrace-from-Q entry; ``tools/seed_compare.py``). The
+exact path keeps the fused kernel. The dispatcher runs this plan as a variant of the op's
+launch plan (``rlscan._dispatch``), the fused kernel's plan as its fallback.
 
 Contiguous inputs (every series in one memory order, the tables in rows of consecutive
 actions, up to ``MAX_BLOCK_A`` of them) take the prologue's vector path: no position is
