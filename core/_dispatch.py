@@ -179,19 +179,30 @@ def runner(args, op: OpSpec, tensors: tuple, outs: tuple, exact: bool, path: str
 
 
 def _plan(args, op: OpSpec, layout, tensors, outs, exact):
-    """The launch plan of ``op``'s kernel; an op whose kernel names a plan of its own (a
-    fourth entry, e.g. Retrace-from-Q's table prologue) gets that plan outside ``exact``."""
+    """The launch plan of ``op``'s kernel, or its variant: an op whose kernel names a plan of
+    its own (a fourth entry, Retrace-from-Q's table prologue) gets that plan outside
+    ``exact``, with the engine's plan as its fallback where it fails to compile."""
+    kernel = op.kernel()
     strides = tuple((0, 0, 0) if t is None else kernel_strides(layout, t, k) for t, k in zip(tensors, op.kinds))
     lead = tensors[op.time_contiguous_of]
     time_contiguous = lead.stride(args.time_dim) == 1 and args.shape[args.time_dim] > 1
     init = None if op.init_of is None else tensors[op.init_of]
-    return _launch.new_plan(
-        op.kernel(), layout, tuple(tensors), strides, tuple(outs),
-        tuple(layout.strides(next(o for o in outs if o is not None))),
-        compute_dtype=args.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
-        init_strides=tuple(layout.batch_strides(init)),
-        cpu_fallback=None if op.differentiable is triton_only else _on_cpu(args, op, exact),
-    )
+    out_strides = tuple(layout.strides(next(o for o in outs if o is not None)))
+    init_strides = tuple(layout.batch_strides(init))
+
+    def engine_plan():
+        return _launch.new_plan(
+            kernel[:3], layout, tuple(tensors), strides, tuple(outs), out_strides,
+            compute_dtype=args.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
+            init_strides=init_strides,
+            cpu_fallback=None if op.differentiable is triton_only else _on_cpu(args, op, exact))
+
+    if len(kernel) == 4 and not exact:
+        return kernel[3](layout, tuple(tensors), strides, tuple(outs), out_strides, compute_dtype=args.compute_dtype,
+                         time_contiguous=time_contiguous, device=args.device,
+                         wide=_launch.reaches_far(tuple(tensors) + tuple(outs)), init_strides=init_strides,
+                         fallback=engine_plan)
+    return engine_plan()
 
 
 def _split(args, op, tensors, scalars, outs, exact, path) -> None:

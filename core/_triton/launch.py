@@ -559,29 +559,21 @@ def plans() -> list:
 def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
              init_of=None, init_strides=(0, 0, 0), signature=None, cpu_fallback=None,
              lane_pairs=False) -> LaunchPlan:
-    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``, or
-    with a fourth entry that builds the plan instead, outside ``exact``) on a ``[T, B]``
-    grid; ``cpu_fallback(ins, outs, scalars)`` computes it where no setting compiles.
-    ``signature``, when given, identifies everything the plan depends on (the caller
-    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it.
-    ``lane_pairs``: the batch axis holds pairs of lanes that one program must scan together
-    (an odd ``block_b`` of the table is doubled)."""
+    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on a
+    ``[T, B]`` grid; ``cpu_fallback(ins, outs, scalars)`` computes it where no setting
+    compiles. ``signature``, when given, identifies everything the plan depends on (the
+    caller includes shapes, strides, dtypes and pointer alignment); the plan is kept in the
+    signature cache under it. ``lane_pairs``: the batch axis holds pairs of lanes that one
+    program must scan together (an odd ``block_b`` of the table is doubled)."""
     device = next(o for o in outs if o is not None).device
-    wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
-
-    def engine_plan():
-        return LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
-                          compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
-                          wide=wide, init_of=init_of, cpu_fallback=cpu_fallback, lane_pairs=lane_pairs)
-
-    if len(spec) == 4 and not exact:
-        # a fourth entry builds a plan of its own: a prologue kernel first (retrace_from_q's
-        # tables); where that plan fails to compile, the engine's own plan (fused) takes over
-        plan = spec[3](layout, ins, in_strides, outs, out_strides, compute_dtype=compute_dtype,
-                       time_contiguous=time_contiguous, device=device, wide=wide, init_strides=init_strides,
-                       fallback=engine_plan)
-    else:
-        plan = engine_plan()
+    plan = LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
+                      compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
+                      wide=reaches_far(ins + outs), init_of=init_of, cpu_fallback=cpu_fallback, lane_pairs=lane_pairs)
     if signature is not None:
         _cache.CACHE.keep(_key(signature), plan)
     return plan
+
+
+def reaches_far(tensors) -> bool:
+    """Whether a kernel must address any of ``tensors`` with 64-bit offsets."""
+    return any(_reach(x) >= 2**31 - 1 for x in tensors if x is not None)

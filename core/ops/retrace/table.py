@@ -4,8 +4,8 @@ memory order, and writes the per-step series of :func:`rlscan.retrace`::
     q_t = Q[t, a_t],   E_t = Σ_a π[t, a] Q[t, a],   log ρ_t = log π[t, a_t] − log μ_t
 
 then the plain Retrace scan runs on them: the tables are read in memory order once, where
-reducing them inside the scan's tiles reads them in the scan's order (docs/benchmarks.md,
-"The CPU path's choices" and the Retrace-from-Q entry; ``tools/seed_compare.py``). The
+reducing them inside the scan's tiles reads them in the scan's order (measured in
+docs/benchmarks.md, "The CPU path's choices", with ``tools/seed_compare.py``). The
 exact path keeps the fused kernel. The dispatcher runs this plan as a variant of the op's
 launch plan (``rlscan._dispatch``), the fused kernel's plan as its fallback.
 
