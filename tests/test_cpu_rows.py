@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rlscan
-from rlscan import _cpu, _cpu_rows, whiten
+from rlscan import _cache, _cpu, _cpu_rows, whiten
 from rlscan.ops import _skip
 from rlscan.ops.discounted_returns import kept_returns
 from rlscan.ops.gae import rows
@@ -33,7 +33,7 @@ def version(request, monkeypatch):
     monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
     monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
     monkeypatch.setattr(_cpu._Versions, "parallel", lambda self: parallel)
-    monkeypatch.setattr(_cpu_rows, "_VERSIONS", {})
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
     with rlscan.use_backend("cpu"):
         yield request.param
 

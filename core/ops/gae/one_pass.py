@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ... import _cache
 from ..._inputs import Layout, plan_layout
 from ..._spec import tensor_signature
 from ..._triton import policy
@@ -40,7 +41,6 @@ from ..._triton import policy
 ROW_TEST_LOOKBACK = False
 _failed: list = []
 _rows_failed: list = []
-_row_plans: dict = {}
 
 
 def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: float, stats: Optional[torch.Tensor]):
@@ -164,12 +164,11 @@ def _launch_rows(signature, fn, grid, args, constexprs, warps, device_index) -> 
     kernel's launcher directly, as ``LaunchPlan`` does."""
     from ..._triton import launch
 
-    compiled = _row_plans.get(signature)
+    key = ("gae rows",) + signature
+    compiled = _cache.CACHE.get(key)
     if compiled is not None:
         launch.direct_launch(compiled, grid, device_index, args)
         return
     compiled = launch.first_launch(fn, grid, args, constexprs, warps)
     if compiled is not None:
-        if len(_row_plans) >= 256:
-            _row_plans.clear()
-        _row_plans[signature] = compiled
+        _cache.CACHE.keep(key, compiled)
