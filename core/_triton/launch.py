@@ -66,9 +66,12 @@ def forced_settings():
 
 
 def settings_key():
-    """What decides a launch besides the call's signature: the forced settings, and whether
-    ``torch.use_deterministic_algorithms`` is on (it rules out the chained layout)."""
-    return forced_settings(), torch.are_deterministic_algorithms_enabled()
+    """What decides a launch besides the call's signature: the forced settings and policy
+    decisions, and whether ``torch.use_deterministic_algorithms`` is on (it rules out the
+    chained layout)."""
+    forced = _policy.FORCED
+    return (forced_settings(), torch.are_deterministic_algorithms_enabled(),
+            repr(sorted(forced.items())) if forced else None)
 
 
 _RECORDING: Optional[list] = None

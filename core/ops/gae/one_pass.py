@@ -164,7 +164,7 @@ def _launch_rows(signature, fn, grid, args, constexprs, warps, device_index) -> 
     kernel's launcher directly, as ``LaunchPlan`` does."""
     from ..._triton import launch
 
-    key = ("gae rows",) + signature
+    key = ("gae rows",) + signature + launch.settings_key()  # a forced tile compiles another kernel
     compiled = _cache.CACHE.get(key)
     if compiled is not None:
         launch.direct_launch(compiled, grid, device_index, args)
