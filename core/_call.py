@@ -33,7 +33,7 @@ from ._inputs import (
     to_tensor,
     type_name,
 )
-from ._spec import OpSpec
+from ._spec import Masked, OpSpec
 
 __all__ = ["Call", "CallArgs", "Coef", "passed_outputs", "trusted_call", "value_after_rule"]
 
@@ -293,10 +293,15 @@ class Call:
 
     # -- running -----------------------------------------------------------------------
 
-    def run(self, op: OpSpec, tensors: tuple, scalars: tuple = (), *, exact: bool = False, out=None) -> tuple:
+    def run(self, op, tensors: tuple, scalars: tuple = (), *, exact: bool = False, out=None,
+            whiten: bool = False) -> tuple:
         """Compute ``op`` on the checked ``tensors`` (in ``op.inputs`` order) and ``scalars``,
-        into ``out`` when given (:func:`rlscan._dispatch.run` picks the path)."""
+        into ``out`` when given (:func:`rlscan._dispatch.run` picks the path). ``op`` is an
+        :class:`~rlscan._spec.OpSpec`, or a :class:`~rlscan._spec.Masked` op taken from its mask
+        (:func:`rlscan._dispatch.run_masked`; ``whiten`` standardises its first output)."""
         exact = check_bool("exact", exact)
+        if type(op) is Masked:
+            return _dispatch.run_masked(self, op, tensors, scalars, exact, out, whiten)
         outs = None
         if out is not None:
             outs = self.given_outputs(out, op.n_out, tensors)

@@ -11,6 +11,12 @@ kernel inputs and its scalars, and picks the path:
 * inside ``torch.compile``: the op's registered custom op, opaque to the tracer;
 * otherwise the runner for the call's signature, into ``out=`` or fresh outputs.
 
+A masked op taken from its mask (:class:`rlscan._spec.Masked`, the masked GAE) goes through
+:func:`run_masked`, which picks its plan variant the same way: a one-pass variant of the
+call's path where the call wants fresh outputs without a graph outside ``torch.compile``
+(on the Triton path, outside ``exact``), else, or where the variant does not apply, the two
+scans through :func:`run`.
+
 :func:`compute` fills outputs through a *runner*, ``runner(tensors, outs, scalars)``, kept
 in the signature cache (:mod:`rlscan._cache`) under everything it depends on: on the Triton
 path a launch plan (:mod:`rlscan._triton.launch`; an op whose kernel names a plan of its own,
@@ -33,7 +39,7 @@ import torch
 from . import _backend, _cache, _library
 from ._autograd import Fused, with_fused_backward
 from ._inputs import plan_layout
-from ._spec import OpSpec, grid_view, kernel_strides, tensor_signature, triton_only
+from ._spec import Masked, OpSpec, grid_view, kernel_strides, tensor_signature, triton_only
 from ._triton import launch as _launch
 
 
@@ -130,6 +136,54 @@ def run(args, op: OpSpec, tensors: tuple, scalars: tuple, exact: bool, outs: Opt
     runner = compute(args, op, tensors, scalars, outs, exact)
     _report(Ran("fresh", args, op, tensors, scalars, exact, outs, runner))
     return args.finish(outs)
+
+
+def run_masked(call, masked: Masked, tensors: tuple, scalars: tuple, exact: bool, out, whiten: bool) -> tuple:
+    """``masked.op``'s outputs for the :class:`rlscan._call.Call` ``call``, from the mask: a plan
+    variant where one applies, else the two scans (into ``out`` when given); with ``whiten``,
+    the first output standardised over the kept steps. The tensors are in ``masked.op.inputs``
+    order, ``None`` at ``masked.feeds``. The mask's 0/1 values are checked here, or by the CPU
+    variant as it reads them.
+
+    Nothing is reported to a :func:`recording`: the variants and the two scans are not one
+    runner on the call's arguments, so these calls are not replayed."""
+    mask = tensors[masked.mask_of]
+    # the mask is never differentiated (a 0/1 selection), whatever its requires_grad says
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for k, t in enumerate(tensors) if k != masked.mask_of)
+    one_pass = out is None and not needs_grad and not torch.compiler.is_compiling() and 0 not in call.shape
+    path = path_of(call) if one_pass else None
+    if path == "cpu" and masked.cpu is not None:
+        result = masked.cpu(call, tensors, scalars, whiten)
+        if result is not None:
+            return call.finish(result)
+    masked.check(call, mask)
+    if path == "triton" and not exact and masked.triton is not None:
+        result = masked.triton(call, tensors, scalars, whiten)
+        if result is not None:
+            return call.finish(result)
+    return _two_scans(call, masked, tensors, scalars, exact, out, whiten)
+
+
+def _two_scans(call, masked: Masked, tensors, scalars, exact, out, whiten) -> tuple:
+    """``masked.first`` (the next kept values ``W``), then ``masked.op`` on ``W``, each a call of
+    :func:`run`; ``W`` in the promoted dtype of its own inputs (a selection: no rounding)."""
+    first = masked.first
+    first_in = tuple(tensors[k] for k in masked.first_of)
+    dtypes = tuple(t.dtype for t, kind in zip(first_in, first.kinds) if t is not None and kind in ("series", "batch"))
+    sub = call.args()._replace(anchor_name=first.inputs[0][0], anchor=first_in[0], dtypes=dtypes, out_dtype=None,
+                               numpy_io=False, checked_values=False)
+    with torch.no_grad():
+        w = run(sub, first, first_in, (), exact, None, None)[0]
+    k = masked.feeds_of
+    result = call.run(masked.op, tensors[:k] + (w,) + tensors[k + 1 :], scalars, exact=exact, out=out)
+    if not whiten:
+        return result
+    x = masked.whiten(result[0], tensors[masked.mask_of])
+    if out is not None:
+        result[0][...] = x  # the given output, a tensor or an array (numpy in, numpy out)
+        x = result[0]
+    return (x,) + tuple(result[1:])
 
 
 def compute(args, op: OpSpec, tensors: tuple, scalars: tuple, outs: tuple, exact: bool, path=None):

@@ -43,6 +43,26 @@ _failed: list = []
 _rows_failed: list = []
 
 
+def plan(call, tensors: tuple, scalars: tuple, whiten: bool) -> Optional[tuple]:
+    """The masked GAE's Triton plan variant (:class:`rlscan._spec.Masked`): :func:`advantages`
+    on the op's inputs, where ``λ`` is a float; with ``whiten``, the advantages standardised
+    from the sums the scan gathered."""
+    r, v, _, boot, term, mask, gamma_tensor, lmbda_tensor = tensors
+    if lmbda_tensor is not None:
+        return None
+    from ..._triton.whiten import new_sums
+
+    gamma, lmbda, _ = scalars
+    stats = new_sums(call.device) if whiten else None
+    result = advantages(call, r, v, boot, term, mask, gamma, gamma_tensor, lmbda, stats)
+    if result is None or not whiten:
+        return result
+    from ...whiten import apply_whitening
+
+    adv, ret = result
+    return apply_whitening(adv, stats), ret
+
+
 def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: float, stats: Optional[torch.Tensor]):
     """``(advantages, returns)`` of the masked GAE, or ``None`` where this path does not apply."""
     if _failed or not lmbda >= policy.value("gae_lambda_min", _policy_table(r.device)):
