@@ -20,8 +20,9 @@ per tile, chained along the row by a look-back of that many words per round trip
 Used on the Triton path for a scalar ``λ`` of at least the table's ``gae_lambda_min``
 (below it ``W/λ`` would cost precision), a layout with one batch group, and no ``exact``;
 otherwise, or if the kernels fail, the dispatcher runs the op's two scans (this module is
-the Triton plan variant of :func:`rlscan._dispatch.run_masked`). If the row kernel fails, the lanes take over. The three decisions, with their
-reasons and evidence, are in the table's ``policy`` (``rlscan plan gae`` prints them).
+the Triton plan variant of :func:`rlscan._dispatch.run_masked`). If the row kernel fails,
+the lanes take over. The three decisions, with their reasons and evidence, are in the
+table's ``policy`` (``rlscan plan gae`` prints them).
 """
 from __future__ import annotations
 
