@@ -13,29 +13,38 @@ import contextlib
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _backend
+from . import _cache
 from ._spec import OpSpec, tensor_signature, triton_only
-from ._triton import launch as _launch
 from ._triton.launch import NoKernel
+
+
+class Fused:
+    """The forward of one fused call signature: its ``exact`` option and, once a call has
+    run it, the runner and output dtype that later calls of the signature reuse (``_fast``'s
+    replay keeps this object; a call split into several launches keeps no runner)."""
+
+    __slots__ = ("exact", "runner", "dtype")
+
+    def __init__(self, exact: bool):
+        self.exact, self.runner, self.dtype = exact, None, None
+
+    def forward(self, call, op: OpSpec, tensors: tuple, scalars: tuple) -> tuple:
+        runner = self.runner
+        if runner is not None:
+            dtype, anchor = self.dtype, call.anchor
+            outs = tuple([torch.empty_like(anchor, dtype=dtype) for _ in range(op.n_out)])
+            runner(tensors, outs, scalars)
+            return outs
+        outs = call.new_outputs(op.n_out)
+        self.runner = call.compute(op, tensors, scalars, outs, self.exact)
+        self.dtype = outs[0].dtype
+        return outs
 
 
 class _FusedFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, call, op, scalars, exact, *tensors):
-        # a replay's ``call`` is ``_fast``'s template of the checked call: no tensors, and its
-        # anchor is ``tensors[call.anchor_slot]``
-        runner = call.__dict__.get("forward_runner")
-        if runner is not None:
-            anchor, dtype = tensors[call.anchor_slot], call.forward_dtype
-            outs = tuple([torch.empty_like(anchor, dtype=dtype) for _ in range(op.n_out)])
-            runner(tensors, outs, scalars)
-        else:
-            if call.anchor is None:  # a replay of a call split into several launches
-                call = _with_anchor(call, tensors)
-            outs = call.new_outputs(op.n_out)
-            # noted on the call: ``_fast``'s template copies it from the checked call
-            call.forward_runner = call.compute(op, tensors, scalars, outs, exact)
-            call.forward_dtype = outs[0].dtype
+    def forward(ctx, call, op, scalars, fused, *tensors):
+        outs = fused.forward(call, op, tensors, scalars)
         ctx.set_materialize_grads(False)
         ctx.call, ctx.op, ctx.scalars = call, op, scalars
         ctx.save_for_backward(*tensors, *outs)
@@ -49,8 +58,6 @@ class _FusedFunction(torch.autograd.Function):
         if all(g is None for g in grads):
             return (None,) * (4 + n)
         call = ctx.call
-        if call.anchor is None:  # a replay's template (see forward)
-            call = _with_anchor(call, saved)
         if _torch_forms:
             return (None, None, None, None) + _through_torch_form(ctx, call, saved[:n], grads)
         try:
@@ -58,13 +65,6 @@ class _FusedFunction(torch.autograd.Function):
         except NoKernel:  # no backward kernel compiles on this stack: differentiate the op's torch form
             grads_in = _through_torch_form(ctx, call, saved[:n], grads)
         return (None, None, None, None) + tuple(grads_in)
-
-
-def _with_anchor(template, tensors: tuple):
-    """A copy of ``_fast``'s template of a call, its anchor taken from the op's inputs."""
-    call = template.copy()
-    call.anchor = tensors[template.anchor_slot]
-    return call
 
 
 _torch_forms = False
@@ -134,31 +134,31 @@ def run_backward(spec, call, tensors: tuple, scalars: tuple, outs: tuple) -> Non
     """Run a fused backward scan (an :class:`OpSpec` whose outputs are gradients) on the
     call's path.
 
-    The runner is looked up by the output gradients' signatures alone on a call that
-    ``_fast`` replays (its ``backward_runners``, shared by the replays): the replays' other
-    tensors are the forward's inputs, outputs and fresh gradient buffers, laid out as its
-    signature says, and which gradients are computed is fixed by its ``requires_grad`` flags."""
-    runners = call.__dict__.get("backward_runners")
-    if runners is None:
+    On a call that ``_fast`` replays (``call.backward_key`` set) the runner is kept in the
+    signature cache under that key and the output gradients' signatures alone: the other
+    tensors are the forward's inputs, outputs and fresh gradient buffers, laid out as the
+    replay's signature says, and which gradients are computed is fixed by its
+    ``requires_grad`` flags."""
+    if call.backward_key is None:
         call.compute(spec, tensors, scalars, outs, False)
         return
     grads = tensors[:_LEADING_GRADS[spec.name]]
-    key = (spec.name, tuple(map(tensor_signature, grads)), _backend.get_backend(), _launch.settings_key())
-    runner = runners.get(key)
+    key = ("backward", call.backward_key, spec.name, tuple(map(tensor_signature, grads)))
+    runner = _cache.CACHE.get(key)
     if runner is None:
         runner = call.compute(spec, tensors, scalars, outs, False)
         if runner is not None:
-            runners[key] = runner
+            _cache.CACHE.keep(key, runner)
         return
     runner(tensors, outs, scalars)
 
 
 def _applying():
-    """``apply(call, op, scalars, exact, tensors)``: :class:`_FusedFunction`'s outputs.
+    """``apply(call, op, scalars, fused, tensors)``: :class:`_FusedFunction`'s outputs.
 
     ``Function.apply`` is a Python layer over torch's C++ ``apply``. Outside functorch's
-    transforms it only unwraps tensors that outlived one, and then cost more than the C++
-    call itself: 8.7 against 6.2 µs for an empty function with GAE's arguments. So outside
+    transforms it only unwraps tensors that outlived one, and costs more than the C++ call
+    itself (``rlscan bench --host``'s autograd section times an empty function). So outside
     the transforms this calls the C++ ``apply`` on the unwrapped tensors; inside them, or on
     a torch without these names, ``Function.apply``."""
     public = _FusedFunction.apply
@@ -167,12 +167,12 @@ def _applying():
         transforms_active = torch._C._are_functorch_transforms_active
         unwrap_if_dead = torch._C._functorch.unwrap_if_dead
     except AttributeError:  # pragma: no cover - a torch whose internals moved
-        return lambda call, op, scalars, exact, tensors: public(call, op, scalars, exact, *tensors)
+        return lambda call, op, scalars, fused, tensors: public(call, op, scalars, fused, *tensors)
 
-    def apply(call, op, scalars, exact, tensors):
+    def apply(call, op, scalars, fused, tensors):
         if transforms_active():
-            return public(call, op, scalars, exact, *tensors)
-        return in_cpp(call, op, scalars, exact, *[None if t is None else unwrap_if_dead(t) for t in tensors])
+            return public(call, op, scalars, fused, *tensors)
+        return in_cpp(call, op, scalars, fused, *[None if t is None else unwrap_if_dead(t) for t in tensors])
 
     return apply
 
@@ -180,7 +180,7 @@ def _applying():
 _apply = _applying()
 
 
-def with_fused_backward(call, op, tensors: tuple, scalars: tuple, exact: bool) -> tuple:
-    """The op's outputs, differentiable through ``op.backward`` (a checked call notes them
-    for ``_fast``, whose replays of its signature call this directly)."""
-    return _apply(call, op, scalars, exact, tensors)
+def with_fused_backward(call, op, tensors: tuple, scalars: tuple, fused: Fused) -> tuple:
+    """The op's outputs, differentiable through ``op.backward``; ``fused`` runs the forward
+    (and keeps its runner for the replays of the call's signature)."""
+    return _apply(call, op, scalars, fused, tensors)

@@ -1,22 +1,15 @@
-"""One op call: its checked arguments, and the path that computes it.
+"""One op call's arguments: checked as they arrive, then frozen and handed to the dispatcher.
 
 An op's public function names its arguments to a :class:`Call`, which checks each one
-(type, dtype, shape, device) as it arrives, then hands the tensors to :meth:`Call.run`.
-``run`` picks the path:
+(type, dtype, shape, device) as it arrives. :meth:`Call.run` then freezes what was checked
+into :class:`CallArgs` and hands it, with the op's kernel inputs, to the dispatcher
+(:mod:`rlscan._dispatch`), which picks the path. What an op is (its inputs, outputs and
+kernels) is its :class:`~rlscan._spec.OpSpec`.
 
-* any input that needs a gradient: the fused kernel (or, on the CPU path, the compiled
-  loop) inside an autograd function whose backward is the op's fused backward scan
-  (``OpSpec.backward``: a Triton kernel, or on the CPU a compiled loop); otherwise
-  (inside ``torch.compile``, ops without a fused backward) the op's differentiable form,
-  written with torch operations around :func:`rlscan.linear_scan` (whose backward is one
-  more scan);
-* inside ``torch.compile``: the op's registered custom op, opaque to the tracer;
-* otherwise: the fused Triton kernel or the compiled CPU loop, by backend. What ran is
-  recorded for ``_fast``, so that repeat calls with the same signature skip the checks.
-
-What an op is (its inputs, outputs and kernels) is its :class:`~rlscan._spec.OpSpec`; the
-layers this module dispatches to (``_cpu``, ``_triton.launch``, ``_autograd``,
-``_library``) read that, and none of them imports this module.
+:class:`CallArgs` is what every later layer sees of a call: the dispatcher, the CPU and
+Triton runners, autograd and the custom ops. It is a named tuple, so no layer can note
+anything on it: what a layer keeps for later calls lives in the signature cache
+(:mod:`rlscan._cache`).
 """
 from __future__ import annotations
 
@@ -27,8 +20,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from . import _backend, _fast, _library
-from ._autograd import with_fused_backward
+from . import _dispatch
+from ._dispatch import passed_outputs
 from ._inputs import (
     check_bool,
     check_device,
@@ -37,12 +30,12 @@ from ._inputs import (
     check_shape,
     check_unit_interval,
     normalise_time_dim,
-    plan_layout,
     to_tensor,
     type_name,
 )
-from ._spec import OpSpec, grid_view, kernel_strides, tensor_signature, triton_only
-from ._triton import launch as _launch
+from ._spec import Masked, OpSpec
+
+__all__ = ["Call", "CallArgs", "Coef", "passed_outputs", "trusted_call", "value_after_rule"]
 
 
 class Coef(NamedTuple):
@@ -56,12 +49,78 @@ def _compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+def _result_dtype(dtypes, out_dtype) -> torch.dtype:
+    """``out_dtype`` when given, else the promoted dtype of the floating arguments."""
+    if out_dtype is not None:
+        return out_dtype
+    first = dtypes[0]
+    if all(d is first for d in dtypes):
+        return first
+    return functools.reduce(torch.promote_types, dtypes)
+
+
+def _compute_dtype(dtypes) -> torch.dtype:
+    """float64 where any floating argument is, else float32 (half types are computed in float32)."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+class CallArgs(NamedTuple):
+    """The checked arguments of one op call, frozen.
+
+    ``anchor`` is the op's first input, whose shape, device and time axis every other input
+    was checked against; ``dtypes`` are the floating inputs' dtypes (they decide the result
+    and compute dtypes). ``backward_key`` is set on a replayed call that records for
+    backward: its fused backward scans keep their runners in the signature cache under it
+    (see :func:`rlscan._autograd.run_backward`)."""
+
+    anchor_name: str
+    anchor: Optional[torch.Tensor]
+    shape: torch.Size
+    device: torch.device
+    time_dim: int
+    batch_shape: torch.Size
+    dtypes: tuple
+    out_dtype: Optional[torch.dtype]
+    numpy_io: bool = False  # the anchor came as a numpy array: the results go back as arrays
+    checked_values: bool = False  # a check read tensor values: repeat calls must check again
+    backward_key: Optional[tuple] = None
+
+    @property
+    def result_dtype(self) -> torch.dtype:
+        return _result_dtype(self.dtypes, self.out_dtype)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return _compute_dtype(self.dtypes)
+
+    def new_outputs(self, n: int) -> tuple:
+        """``n`` fresh outputs laid out as the anchor, in the result dtype."""
+        dtype = self.result_dtype
+        return tuple(torch.empty_like(self.anchor, dtype=dtype) for _ in range(n))
+
+    def finish(self, outs) -> tuple:
+        """The outputs as the caller gets them: numpy arrays for a numpy anchor."""
+        if self.numpy_io:
+            return tuple(o.numpy() for o in outs)
+        return tuple(outs)
+
+    def path(self) -> str:
+        """``"triton"`` or ``"cpu"``: where the backend setting sends this call."""
+        return _dispatch.path_of(self)
+
+    def compute(self, op: OpSpec, tensors: tuple, scalars: tuple, outs: tuple, exact: bool, path=None):
+        """Fill ``outs`` with ``op`` on ``tensors`` (:func:`rlscan._dispatch.compute`); returns the runner."""
+        return _dispatch.compute(self, op, tensors, scalars, outs, exact, path)
+
+
 class Call:
-    """The checked arguments of one op call."""
+    """The arguments of one op call, checked as the op's function names them."""
+
+    __slots__ = ("anchor_name", "anchor", "shape", "device", "time_dim", "batch_shape", "dtypes", "out_dtype",
+                 "numpy_io", "checked_values")
 
     def __init__(self, anchor_name: str, anchor, time_dim, out_dtype=None):
         x, self.numpy_io = to_tensor(anchor_name, anchor)
-        self.origins = {id(x): anchor} if self.numpy_io else {}  # the arrays that numpy arguments came as
         check_float(anchor_name, x)
         self.anchor_name = anchor_name
         self.anchor = x
@@ -75,19 +134,34 @@ class Call:
             raise TypeError(f"out_dtype must be a floating torch dtype or None, got {out_dtype!r}")
         self.out_dtype = out_dtype
 
-    def copy(self) -> "Call":
-        """A shallow copy (the same checked arguments), to change a field or two of."""
-        other = Call.__new__(Call)
-        other.__dict__.update(self.__dict__)
-        return other
+    def args(self) -> CallArgs:
+        """What was checked so far, frozen."""
+        return CallArgs(self.anchor_name, self.anchor, self.shape, self.device, self.time_dim, self.batch_shape,
+                        tuple(self.dtypes), self.out_dtype, self.numpy_io, self.checked_values)
+
+    @property
+    def result_dtype(self) -> torch.dtype:
+        return _result_dtype(self.dtypes, self.out_dtype)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return _compute_dtype(self.dtypes)
+
+    def new_outputs(self, n: int) -> tuple:
+        return self.args().new_outputs(n)
+
+    def finish(self, outs) -> tuple:
+        return self.args().finish(outs)
+
+    def path(self) -> str:
+        """``"triton"`` or ``"cpu"``: where the backend setting sends this call."""
+        return _dispatch.path_of(self)
 
     # -- arguments ---------------------------------------------------------------------
 
     def _tensor(self, name: str, x) -> torch.Tensor:
-        t, was_numpy = to_tensor(name, x)
+        t, _ = to_tensor(name, x)
         check_device(name, t, self.device, self.anchor_name)
-        if was_numpy:
-            self.origins[id(t)] = x
         return t
 
     def series(self, name: str, x, required: bool = False) -> Optional[torch.Tensor]:
@@ -188,28 +262,6 @@ class Call:
 
     # -- results -----------------------------------------------------------------------
 
-    @property
-    def result_dtype(self) -> torch.dtype:
-        if self.out_dtype is not None:
-            return self.out_dtype
-        first = self.dtypes[0]
-        if all(d is first for d in self.dtypes):
-            return first
-        return functools.reduce(torch.promote_types, self.dtypes)
-
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        return torch.float64 if torch.float64 in self.dtypes else torch.float32
-
-    def new_outputs(self, n: int) -> tuple:
-        dtype = self.result_dtype
-        return tuple(torch.empty_like(self.anchor, dtype=dtype) for _ in range(n))
-
-    def finish(self, outs):
-        if self.numpy_io:
-            return tuple(o.numpy() for o in outs)
-        return tuple(outs)
-
     def given_outputs(self, out, n: int, tensors: tuple) -> tuple:
         """Check ``out=``: ``n`` floating tensors (or writeable arrays) of the anchor's shape,
         on its device, that overlap neither each other nor any input."""
@@ -241,164 +293,20 @@ class Call:
 
     # -- running -----------------------------------------------------------------------
 
-    def run(self, op: OpSpec, tensors: tuple, scalars: tuple = (), *, exact: bool = False, out=None) -> tuple:
+    def run(self, op, tensors: tuple, scalars: tuple = (), *, exact: bool = False, out=None,
+            whiten: bool = False) -> tuple:
         """Compute ``op`` on the checked ``tensors`` (in ``op.inputs`` order) and ``scalars``,
-        into ``out`` when given."""
+        into ``out`` when given (:func:`rlscan._dispatch.run` picks the path). ``op`` is an
+        :class:`~rlscan._spec.OpSpec`, or a :class:`~rlscan._spec.Masked` op taken from its mask
+        (:func:`rlscan._dispatch.run_masked`; ``whiten`` standardises its first output)."""
         exact = check_bool("exact", exact)
+        if type(op) is Masked:
+            return _dispatch.run_masked(self, op, tensors, scalars, exact, out, whiten)
         outs = None
         if out is not None:
             outs = self.given_outputs(out, op.n_out, tensors)
             self.out_dtype = outs[0].dtype
-        needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-        if 0 in self.shape:
-            outs = outs or self.new_outputs(op.n_out)
-            if needs_grad and out is None:
-                # empty outputs, but part of the graph, so backward() works (with empty gradients)
-                link = sum(t.sum() * 0 for t in tensors if t is not None and t.requires_grad)
-                outs = tuple(o + link.to(o.dtype) for o in outs)
-            return self.finish(outs) if out is None else passed_outputs(out, op.n_out)
-        if needs_grad:
-            if outs is not None:
-                raise ValueError("out= cannot be used when an input requires grad (autograd needs fresh outputs)")
-            if op.backward is not None and not _compiling():
-                # the forward is the no-grad kernel's (or the CPU loop's); so is its result
-                outs = with_fused_backward(self, op, tensors, scalars, exact)
-                _fast.record_grad(self, op, tensors, scalars, exact, outs)
-                return outs
-            return self.finish(op.differentiable(self, *tensors, *scalars))
-        if _compiling():
-            if op.compiled is not None:
-                results = op.compiled(self, tensors, scalars, exact)
-            else:
-                results = tuple(_library.fused(op)(list(tensors), list(scalars), self.time_dim, exact, self.out_dtype))
-            if outs is None:
-                return results
-            for o, r in zip(outs, results):
-                o.copy_(r)
-            return outs
-        if outs is not None:
-            self.compute(op, tensors, scalars, outs, exact)
-            return passed_outputs(out, op.n_out)  # what was passed, as torch's out= returns it
-        outs = self.new_outputs(op.n_out)
-        runner = self.compute(op, tensors, scalars, outs, exact)
-        _fast.record(self, tensors, scalars, outs, runner)
-        return self.finish(outs)
-
-    def path(self) -> str:
-        """``"triton"`` or ``"cpu"``: where the backend setting sends this call."""
-        return _backend.path_for(self.device.type, self.anchor_name)
-
-    def compute(self, op: OpSpec, tensors: tuple, scalars: tuple, outs: tuple, exact: bool, path=None):
-        """Fill the preallocated ``outs`` (on ``path``, else where the backend sends the call).
-
-        Returns the runner it used, ``runner(tensors, outs, scalars)``, which any call with
-        the same signature (shapes, strides, dtypes, alignment, options) may reuse; ``None``
-        when the call was split into several."""
-        path = path or self.path()
-        runner = self.runner(op, tensors, outs, exact, path)
-        if runner is None:
-            self._split(op, tensors, scalars, outs, exact, path)
-        else:
-            runner(tensors, outs, scalars)
-        return runner
-
-    def runner(self, op: OpSpec, tensors: tuple, outs: tuple, exact: bool, path: str):
-        """What runs ``op`` on tensors laid out as these: a Triton launch plan or the CPU loop
-        on a fixed layout; ``None`` when the batch dimensions need splitting."""
-        signature = (id(op), exact, self.time_dim, self.device, tuple(map(tensor_signature, tensors)),
-                     tuple(map(tensor_signature, outs)))
-        if path == "triton":
-            plan = _launch.cached_plan(signature)
-            if plan is not None:
-                return plan
-        else:
-            runner = _CPU_RUNNERS.get(signature)
-            if runner is not None:
-                return runner
-        kinds = op.kinds
-        full = [grid_view(t, k) for t, k in zip(tensors, kinds) if t is not None and k != "batch"]
-        full += [o for o in outs if o is not None]
-        batch = [t for t, k in zip(tensors, kinds) if t is not None and k == "batch"]
-        layout = plan_layout(self.shape, self.time_dim, full, batch)
-        if layout is None:
-            return None
-        if path == "triton":
-            return self._plan(op, layout, tensors, outs, exact, signature)
-        from ._cpu import cpu_runner  # here, not at the top: numba loads with the first CPU call
-
-        if len(_CPU_RUNNERS) >= _MAX_CPU_RUNNERS:
-            _CPU_RUNNERS.clear()
-        runner = _CPU_RUNNERS[signature] = cpu_runner(op, layout, self.compute_dtype)
-        return runner
-
-    def _plan(self, op: OpSpec, layout, tensors, outs, exact, signature):
-        strides = tuple((0, 0, 0) if t is None else kernel_strides(layout, t, k) for t, k in zip(tensors, op.kinds))
-        lead = tensors[op.time_contiguous_of]
-        time_contiguous = lead.stride(self.time_dim) == 1 and self.shape[self.time_dim] > 1
-        init = None if op.init_of is None else tensors[op.init_of]
-        return _launch.new_plan(
-            op.kernel(), layout, tuple(tensors), strides, tuple(outs),
-            tuple(layout.strides(next(o for o in outs if o is not None))),
-            compute_dtype=self.compute_dtype, time_contiguous=time_contiguous, exact=exact, init_of=op.init_of,
-            init_strides=tuple(layout.batch_strides(init)), signature=signature,
-            cpu_fallback=None if _no_cpu_fallback(op) else _on_cpu(self, op, exact),
-        )
-
-    def _split(self, op, tensors, scalars, outs, exact, path) -> None:
-        """More than two strided batch groups: run each slice of the first batch dimension."""
-        d = next(d for d in range(len(self.shape)) if d != self.time_dim and self.shape[d] != 1)
-        db = d if d < self.time_dim else d - 1
-        for i in range(self.shape[d]):
-            sub = self.copy()
-            sub.shape = self.shape[:d] + self.shape[d + 1 :]
-            sub.time_dim = self.time_dim - (d < self.time_dim)
-            sub.batch_shape = self.batch_shape[:db] + self.batch_shape[db + 1 :]
-            picked = tuple(
-                None if t is None else t.select(db if b else d, i) for t, b in zip(tensors, op.batch_mask)
-            )
-            sub.anchor = self.anchor.select(d, i)
-            sub.compute(op, picked, scalars, tuple(None if o is None else o.select(d, i) for o in outs), exact, path)
-
-
-def passed_outputs(out, n: int) -> Optional[tuple]:
-    """``out=`` of an op with ``n`` outputs as a tuple of what was passed (``None`` when it is
-    neither one output nor a tuple or list of ``n``)."""
-    if isinstance(out, (tuple, list)):
-        return tuple(out) if len(out) == n else None
-    return (out,) if n == 1 else None
-
-
-def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
-    """``x`` on the CPU with the same shape and strides (broadcast axes stay broadcast)."""
-    span = sum((n - 1) * s for n, s in zip(x.shape, x.stride()) if n > 1) + 1
-    flat = x.as_strided((span,), (1,)).cpu()
-    return flat.as_strided(x.shape, x.stride())
-
-
-def _no_cpu_fallback(op: OpSpec) -> bool:
-    """Whether a launch plan of ``op`` that compiles nothing raises :class:`NoKernel` instead of
-    running the CPU path on copies: for a fused backward (no torch form of its own), whose
-    caller then differentiates the forward op's torch form on the call's device, cheaper than
-    copying every saved tensor to the host and back."""
-    return op.differentiable is triton_only
-
-
-def _on_cpu(call: Call, op: OpSpec, exact: bool):
-    """What runs ``op`` where no Triton kernel compiles: the CPU path on copies of the inputs,
-    the results copied back (a launch plan's last resort)."""
-    template = dict(call.__dict__, anchor=None, device=torch.device("cpu"))
-
-    def run(ins, outs, scalars):
-        sub = Call.__new__(Call)
-        sub.__dict__.update(template)
-        cpu_outs = tuple(None if o is None else torch.empty(o.shape, dtype=o.dtype) for o in outs)
-        sub.anchor = next(o for o in cpu_outs if o is not None)
-        sub.compute(op, tuple(None if t is None else _cpu_copy(t) for t in ins), scalars, cpu_outs, exact, path="cpu")
-        for o, c in zip(outs, cpu_outs):
-            if o is not None:
-                o.copy_(c)
-
-    return run
+        return _dispatch.run(self.args(), op, tensors, scalars, exact, outs, out)
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -416,22 +324,14 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-# CPU runners by call signature (the Triton path keeps its launch plans in ``_triton.launch``)
-_CPU_RUNNERS: dict = {}
-_MAX_CPU_RUNNERS = 1024
-
-
-def trusted_call(spec: OpSpec, tensors, time_dim: int, out_dtype) -> Call:
-    """A :class:`Call` for arguments that the op's public function has already checked (a
-    custom op's, run from a compiled graph): nothing is checked again."""
-    call = Call.__new__(Call)
+def trusted_call(spec: OpSpec, tensors, time_dim: int, out_dtype) -> CallArgs:
+    """The :class:`CallArgs` of arguments that the op's public function has already checked (a
+    custom op's, run from a compiled graph; a fused backward's): nothing is checked again."""
     anchor = tensors[0]
-    call.anchor_name, call.anchor, call.numpy_io = spec.inputs[0][0], anchor, False
-    call.shape, call.device, call.time_dim = anchor.shape, anchor.device, time_dim
-    call.batch_shape = call.shape[:time_dim] + call.shape[time_dim + 1 :]
-    call.dtypes = [t.dtype for t, (_, kind) in zip(tensors, spec.inputs) if t is not None and kind in ("series", "batch")]
-    call.out_dtype = out_dtype
-    return call
+    shape = anchor.shape
+    dtypes = tuple(t.dtype for t, (_, kind) in zip(tensors, spec.inputs) if t is not None and kind in ("series", "batch"))
+    return CallArgs(spec.inputs[0][0], anchor, shape, anchor.device, time_dim, shape[:time_dim] + shape[time_dim + 1 :],
+                    dtypes, out_dtype)
 
 
 def value_after_rule(name: str, next_values, bootstrap, truncated, *, required: bool, value_name="values") -> None:

@@ -11,9 +11,9 @@ SIMD instructions; rows of 1–8 environments run a version compiled for their w
 (``FIXED_WIDTHS``), and rows contiguous in time, far apart, are walked one environment at a
 time (``_steps_in_rows``). A loop that runs forward in time carries its
 state ``A_{t-1}`` in a ``[Bh, Bl]`` array of its own: reading it back from the output row
-written one step before ran 1.4–4× slower wherever rows hold more than a few
-environments. Loops backward in time read ``A_{t+1}`` back from the output, which was
-as fast or faster than a carried array. Absent inputs arrive as ``None``, so numba
+written one step before waits on the store it just issued, wherever rows hold more than a
+few environments. Loops backward in time read ``A_{t+1}`` back from the output, which costs
+no more than a carried array (docs/benchmarks.md, "The CPU path's choices"). Absent inputs arrive as ``None``, so numba
 compiles a version per combination with the dead branches pruned. float16 and bfloat16
 inputs (which numba cannot read) are converted to float32 first.
 
@@ -65,9 +65,9 @@ _parallel_now = False
 
 #: Rows of these many environments (``Bl``) run a version of each loop compiled for that
 #: width, whose loop over environments LLVM unrolls: it vectorises the loop over environments
-#: only in whole passes of 64 (16 lanes, 4 at a time), so narrower rows ran one element at a
-#: time. GAE at 2048 × 8 took 30.4 against 20.2 µs, at 2048 × 4 27.8 against 12.6, at 2048 × 1
-#: (a row walked alone) 12.8 against 9.3; at 2048 × 16 the same.
+#: only in whole passes of 64 (16 lanes, 4 at a time), so narrower rows would run one element
+#: at a time; from 16 environments the generic version vectorises as well (docs/benchmarks.md,
+#: "The CPU path's choices").
 FIXED_WIDTHS = (1, 2, 4, 8)
 
 
@@ -467,11 +467,10 @@ def _steps_in_rows(layout, tensors, kinds) -> bool:
     memory (``[N, T]``, TorchRL's ``[B, T, 1]``) in a one-group grid, with
     ``ROWS_MIN_ENVIRONMENTS`` environments or more, rows ``ROW_MIN_BYTES`` or more apart, and
     rows whole pages apart (every row then falls in the same cache sets) or spanning
-    ``ROWS_MIN_BYTES`` together. Elsewhere a step across environments stays in cache,
-    and vectorises. GAE with ``time_dim=1`` on one core of an AMD EPYC, row by row against
-    across environments: ×5.0–5.2 at 4096 × 2048, ×1.7–1.8 at 1000 × 1000, ×1.4 at 2000 × 700,
-    ×1.3 at 32 × 8192, ×1.1 at 64 × 4096, even at 128 and 256 × 1024; across won ×2.0–2.5 at
-    4096 × 128, 256 × 1000 and 100 × 3000, ×1.6 at 512 × 512."""
+    ``ROWS_MIN_BYTES`` together: there a step across environments touches a new cache line
+    per environment, and the lines of the next step are evicted before they are read.
+    Elsewhere a step across environments stays in cache, and vectorises (the measured
+    boundary is in docs/benchmarks.md, "The CPU path's choices")."""
     if layout.two_level or layout.B < ROWS_MIN_ENVIRONMENTS:
         return False
     first = next((t for t, k in zip(tensors, kinds) if t is not None and k == "series"), None)
@@ -496,8 +495,8 @@ class _Versions:
 
     Other work on the CPUs slows the parallel version down (its threads wait for each other)
     and can make it slower than the serial one. Judged by the load average instead, a training
-    loop's own calls counted as such work: on 2 CPUs, after some seconds of back-to-back calls
-    the load passed 1 and every call ran serially, 2× slower (``tools/cpu_sustained.py``); and
+    loop's own calls counted as such work: after some seconds of back-to-back calls the load
+    passes the threshold and every call would run serially (``tools/cpu_sustained.py``); and
     environments stepped between updates load the CPUs only while the loop does not run. So
     the runner times its own calls. The first ones take turns, parallel first, until each
     version has :data:`RECENT` timed calls (a version's first call is not timed: it may compile
@@ -506,8 +505,8 @@ class _Versions:
 
     A version's time is the least of its last :data:`RECENT` timed calls: calls of one
     signature into fresh outputs (whose new pages fault in) and into ``out=`` take different
-    times, and one such call or an average over both kinds favoured the version that had run
-    more calls of the faster kind (GAE ran serially, 1.4× slower, in ``rlscan bench --host``)."""
+    times, and one such call or an average over both kinds favours the version that ran more
+    calls of the faster kind, whatever the versions' own speeds."""
 
     __slots__ = ("recent", "runs", "calls")
 
@@ -688,3 +687,10 @@ class _LoopCall:
 def cpu_runner(op, layout, compute_dtype):
     """The runner of ``op``'s CPU loop for arguments laid out as ``layout`` (see :class:`CpuRunner`)."""
     return CpuRunner(op, layout, compute_dtype)
+
+
+def cached_runners() -> list:
+    """The CPU runners in the signature cache (:mod:`rlscan._cache`), oldest first."""
+    from . import _cache
+
+    return [v for v in list(_cache.CACHE.values()) if isinstance(v, CpuRunner)]

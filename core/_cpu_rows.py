@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from . import _cpu
+from . import _cache, _cpu
 from ._cpu import njit, prange
 
 #: Input dtypes the row loops read in place (others take the general path).
@@ -104,9 +104,6 @@ def new_rows(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
-_VERSIONS: dict = {}
-
-
 def run(loop, key: tuple, shape: tuple, *args) -> None:
     """``loop(*args)`` over ``shape`` (``(prange iterations, elements)``) in its serial or
     parallel version, as the recent calls of ``key`` (a signature: the loop and its arrays'
@@ -115,11 +112,9 @@ def run(loop, key: tuple, shape: tuple, *args) -> None:
     versions = None
     iterations, elements = shape
     if iterations > 1 and elements >= _cpu.PARALLEL_MIN_ELEMENTS and _cpu.cpu_threads() > 1:
-        versions = _VERSIONS.get(key)
+        versions = _cache.CACHE.get(("row loop",) + key)
         if versions is None:
-            if len(_VERSIONS) >= 256:
-                _VERSIONS.clear()
-            versions = _VERSIONS[key] = _cpu._Versions()
+            versions = _cache.CACHE.keep(("row loop",) + key, _cpu._Versions())
         parallel = versions.parallel()
     start = time.perf_counter()
     loop.version(None, parallel)(*args)

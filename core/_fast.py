@@ -3,37 +3,38 @@
 An op call's arguments are checked once per *signature*: for every tensor argument its
 type, shape, strides, dtype, device, 16-byte alignment and ``requires_grad``; for every
 other argument its type and value; and the backend, the grad mode and any forced launch
-settings. The first call with a signature runs the checked path and records what it
-ran: which arguments became the kernel's inputs, the scalars, the output dtype, and the
-runner (a Triton launch plan, or the CPU loop on a fixed layout). Later calls with the
-same signature allocate the outputs and run the runner directly.
+settings. The first call with a signature runs the checked path; the dispatcher reports
+what it ran (:class:`rlscan._dispatch.Ran`: the op, its scalars, the runner). The replay is
+built from that and the op's argument→input mapping: the kernel input named ``x`` in
+``OpSpec.inputs`` is the op function's argument named ``x`` (or nothing, where that
+argument is a float or absent). It is kept in the signature cache (:mod:`rlscan._cache`),
+and later calls with the same signature allocate the outputs and run the runner directly.
 
-A call is recorded only when its checks depend on nothing but the signature. Calls that
-check values (a tensor γ/λ or action indices on the CPU), convert arguments (broadcast
-coefficients), need gradients on the CPU path, write into ``out=``, are split into several launches,
-raise, or run inside ``torch.compile`` always take the checked path. numpy arrays, any
-argument, are replayed on the CPU loop only (whose views do not depend on alignment, which
-an array's key leaves out), which takes them where the checked call passed the tensors
-that wrap them; numpy outputs are allocated as the checked path laid them out. A call that
-records the fused backward (the Triton path) is replayed through the op's autograd function.
+A call is replayed only when its checks depend on nothing but the signature and the op's
+function handed its arguments to the kernel as they came. Calls that check values (a tensor
+γ/λ, action indices or a mask on the CPU), convert arguments (broadcast coefficients), run
+more than one op or none (the masked ops' two scans and one-pass kernels), write into
+``out=``, raise, or run inside ``torch.compile`` always take the checked path. numpy
+arrays are replayed on the CPU loop only (whose views do not depend on alignment, which an
+array's key leaves out), which takes them in place of the tensors that wrapped them on the
+checked call; numpy outputs are allocated as the checked path laid them out. A call that
+recorded for the fused backward is replayed through the op's autograd function.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
-import threading
 
 import numpy as np
 import torch
 
-from . import _backend
+from . import _backend, _cache, _dispatch
 from ._autograd import with_fused_backward
+from ._dispatch import recording_slot
 from ._triton import launch as _launch
 
-_MAX_ENTRIES = 1024
 _CHECKED_PATH = object()  # the cache's entry for a signature that must always be checked
-_CACHE: dict = {}
-_local = threading.local()
 
 
 class _Uncacheable(Exception):
@@ -53,34 +54,8 @@ def _value_key(v):
     raise _Uncacheable
 
 
-def record(call, tensors: tuple, scalars: tuple, outs: tuple, runner) -> None:
-    """Note what a checked call ran (``Call.run`` calls this after filling fresh outputs)."""
-    log = getattr(_local, "log", None)
-    if log is not None:
-        log.append((call, tensors, scalars, outs, runner))
-
-
-def record_grad(call, op, tensors: tuple, scalars: tuple, exact: bool, outs: tuple) -> None:
-    """Note a checked call that recorded the fused backward (``Call.run`` calls this)."""
-    log = getattr(_local, "log", None)
-    if log is not None:
-        log.append(("grad", call, op, tensors, scalars, exact, outs))
-
-
-class _GradEntry:
-    """A recorded call that runs the op's autograd function, replayed on new arguments with
-    the same signature (the same ``requires_grad`` flags). The checked call, without its
-    tensors, stands for the call that backward reads (shapes, time axis, dtypes); its anchor
-    is the op's input at ``anchor_slot``, which the autograd function puts back."""
-
-    __slots__ = ("pick", "call", "op", "scalars", "exact", "wrap")
-
-    def __call__(self, arguments: tuple):
-        return self.wrap(with_fused_backward(self.call, self.op, self.pick(arguments), self.scalars, self.exact))
-
-
 class _Entry:
-    """A recorded call, replayed on new arguments with the same signature.
+    """A checked call's runner, replayed on new arguments with the same signature.
 
     The arguments are seen as one tuple, ``args + kwargs' values + (None,)``: the keyword
     names and their order are part of the signature, so positions in it are fixed."""
@@ -99,48 +74,92 @@ class _Entry:
         return self.wrap(outs)
 
 
-def _source(t, arguments: tuple, origins: dict) -> int:
-    """Where tensor ``t`` (or the numpy array it wraps) sits among the arguments (the last
-    place, ``None``, for ``None``). A tensor passed as two arguments makes the call
-    uncacheable: which argument it stood for would be a guess on the next call."""
-    if t is None:
-        return len(arguments) - 1
-    origin = origins.get(id(t), t)
-    places = [i for i, a in enumerate(arguments) if a is origin]
-    if len(places) != 1:
-        raise _Uncacheable
-    return places[0]
+class _GradEntry:
+    """A checked call that ran the op's autograd function, replayed on new arguments with the
+    same signature (the same ``requires_grad`` flags). ``args`` is the checked call's, without
+    its anchor (the replay's own first input takes its place); ``fused`` holds the forward
+    runner, and ``args.backward_key`` names where the backward scans keep theirs."""
+
+    __slots__ = ("pick", "anchor", "args", "op", "scalars", "fused", "wrap")
+
+    def __call__(self, arguments: tuple):
+        args = self.args._replace(anchor=arguments[self.anchor])
+        return self.wrap(with_fused_backward(args, self.op, self.pick(arguments), self.scalars, self.fused))
 
 
-def _entry(log, arguments: tuple, result):
-    if len(log) != 1:
+@functools.lru_cache(maxsize=None)
+def _parameters(fn) -> tuple:
+    """The names of ``fn``'s parameters, in order."""
+    return tuple(inspect.signature(fn).parameters)
+
+
+def _places(fn, n_args: int, names: tuple, arguments: tuple, op) -> list:
+    """Where each kernel input of ``op`` sits among the arguments: the argument of its name
+    (``OpSpec.inputs``), or the last place (``None``) where that argument is absent or not
+    an array (a float ``gamma``)."""
+    parameters = _parameters(fn)
+    places = []
+    for name, _ in op.inputs:
+        if name in names:
+            place = n_args + names.index(name)
+        else:
+            k = parameters.index(name) if name in parameters else -1
+            if not 0 <= k < n_args:
+                if name not in parameters:
+                    raise _Uncacheable  # a kernel input the op computes (the next kept values)
+                k = len(arguments) - 1
+            place = k
+        if not isinstance(arguments[place], (torch.Tensor, np.ndarray)):
+            place = len(arguments) - 1
+        places.append(place)
+    return places
+
+
+def _passed_as_is(t, argument) -> bool:
+    """Whether the checked call handed the kernel ``argument`` itself (or the tensor that
+    wraps a numpy array), not a conversion of it: only then may a replay pass the argument."""
+    if argument is None:
+        return t is None
+    if t is argument:
+        return True
+    return type(argument) is np.ndarray and t is not None and t.data_ptr() == argument.ctypes.data \
+        and t.shape == argument.shape
+
+
+def _picker(places: list):
+    return (lambda a: (a[places[0]],)) if len(places) == 1 else operator.itemgetter(*places)
+
+
+def _entry(fn, n_args: int, names: tuple, arguments: tuple, ran: list, result, key):
+    if len(ran) != 1:
         raise _Uncacheable
-    if log[0][0] == "grad":
-        return _grad_entry(log[0][1:], arguments, result)
-    call, tensors, scalars, outs, runner = log[0]
-    if runner is None or call.checked_values:
+    ran = ran[0]
+    args = ran.args
+    if args.checked_values:
         raise _Uncacheable
-    origins = getattr(call, "origins", {})
-    if origins and not _takes_numpy(runner):
+    places = _places(fn, n_args, names, arguments, ran.op)
+    if not all(_passed_as_is(t, arguments[p]) for t, p in zip(ran.tensors, places)):
         raise _Uncacheable
-    entry = _Entry()
-    sources = [_source(t, arguments, origins) for t in tensors]
-    entry.pick = (lambda a: (a[sources[0]],)) if len(sources) == 1 else operator.itemgetter(*sources)
-    entry.anchor = _source(call.anchor, arguments, origins)
-    entry.runner, entry.scalars, entry.n_out = runner, tuple(scalars), len(outs)
-    entry.dtype, entry.empty_like = outs[0].dtype, torch.empty_like
-    if call.numpy_io:
-        entry.dtype, entry.empty_like = _numpy_outputs(call, runner, outs)
-        same = lambda r, o: isinstance(r, np.ndarray) and r.ctypes.data == o.data_ptr()  # noqa: E731
+    numpy_in = any(type(arguments[p]) is np.ndarray for p in places)
+    if ran.kind == "grad":
+        if numpy_in or args.numpy_io:
+            raise _Uncacheable
+        entry = _GradEntry()
+        entry.args = args._replace(anchor=None, backward_key=key)  # holds no tensor of the first call
+        entry.op, entry.scalars, entry.fused = ran.op, tuple(ran.scalars), ran.fused
+        entry.wrap = _wrap(result, ran.outs)
     else:
+        if ran.runner is None or (numpy_in and not _takes_numpy(ran.runner)):
+            raise _Uncacheable
+        entry = _Entry()
+        entry.runner, entry.scalars, entry.n_out = ran.runner, tuple(ran.scalars), len(ran.outs)
+        entry.dtype, entry.empty_like = ran.outs[0].dtype, torch.empty_like
         same = operator.is_
-    if len(outs) == 1 and same(result, outs[0]):
-        entry.wrap = lambda o: o[0]
-    elif isinstance(result, tuple) and len(result) == len(outs) and all(same(a, b) for a, b in zip(result, outs)):
-        kind = type(result)
-        entry.wrap = (lambda o: o) if kind is tuple else (lambda o: kind(*o))
-    else:
-        raise _Uncacheable
+        if args.numpy_io:
+            entry.dtype, entry.empty_like = _numpy_outputs(args, arguments[places[0]], ran.outs)
+            same = lambda r, o: isinstance(r, np.ndarray) and r.ctypes.data == o.data_ptr()  # noqa: E731
+        entry.wrap = _wrap(result, ran.outs, same)
+    entry.pick, entry.anchor = _picker(places), places[0]
     return entry
 
 
@@ -154,25 +173,6 @@ def _wrap(result, outs: tuple, same=operator.is_):
     raise _Uncacheable
 
 
-def _grad_entry(recorded, arguments: tuple, result):
-    call, op, tensors, scalars, exact, outs = recorded
-    if call.checked_values or call.numpy_io:
-        raise _Uncacheable
-    entry = _GradEntry()
-    sources = [_source(t, arguments, {}) for t in tensors]
-    entry.pick = operator.itemgetter(*sources) if len(sources) > 1 else (lambda a: (a[sources[0]],))
-    slots = [k for k, t in enumerate(tensors) if t is call.anchor]
-    if not slots:
-        raise _Uncacheable
-    template = call.copy()
-    template.anchor = template.origins = None  # hold no tensor of the first call
-    template.anchor_slot = slots[0]
-    template.backward_runners = {}  # shared by the replays' calls (see _autograd.run_backward)
-    entry.call, entry.op, entry.scalars, entry.exact = template, op, tuple(scalars), exact
-    entry.wrap = _wrap(result, outs)
-    return entry
-
-
 def _takes_numpy(runner) -> bool:
     """Whether ``runner`` may be handed the numpy arrays a call passed, in place of the tensors
     that wrapped them on the checked call: the CPU loop's views take either; a launch plan
@@ -182,13 +182,12 @@ def _takes_numpy(runner) -> bool:
     return isinstance(runner, CpuRunner)
 
 
-def _numpy_outputs(call, runner, outs) -> tuple:
+def _numpy_outputs(args, anchor: np.ndarray, outs) -> tuple:
     """``(dtype, empty_like)`` that allocate numpy outputs laid out as the checked call's
     ``outs``; only the CPU loop replays numpy calls, and only into its compute dtype."""
     dtype = outs[0].dtype
-    if dtype != call.compute_dtype:
+    if dtype != args.compute_dtype:
         raise _Uncacheable
-    anchor = call.origins[id(call.anchor)]
     np_dtype = torch.empty((), dtype=dtype).numpy().dtype
     probe = np.empty_like(anchor, dtype=np_dtype)
     if any(probe.strides != tuple(s * o.element_size() for s in o.stride()) for o in outs):
@@ -201,7 +200,7 @@ def fast_path(fn):
 
     @functools.wraps(fn)
     def op(*args, **kwargs):
-        if torch.compiler.is_compiling() or getattr(_local, "log", None) is not None:
+        if torch.compiler.is_compiling() or getattr(recording_slot, "ran", None) is not None:
             return fn(*args, **kwargs)
         arguments = args + tuple(kwargs.values()) + (None,)
         try:
@@ -209,23 +208,18 @@ def fast_path(fn):
                    torch.is_grad_enabled(), _launch.settings_key())
         except (_Uncacheable, RuntimeError):  # RuntimeError: a tensor without strides or storage (sparse)
             return fn(*args, **kwargs)
-        entry = _CACHE.get(key)
+        entry = _cache.CACHE.get(key)
         if entry is _CHECKED_PATH:
             return fn(*args, **kwargs)
         if entry is not None:
             return entry(arguments)
-        _local.log = log = []
-        try:
+        with _dispatch.recording() as ran:
             result = fn(*args, **kwargs)
-        finally:
-            _local.log = None
         try:
-            entry = _entry(log, arguments, result)
+            entry = _entry(fn, len(args), tuple(kwargs), arguments, ran, result, key)
         except _Uncacheable:
             entry = _CHECKED_PATH
-        if len(_CACHE) >= _MAX_ENTRIES:
-            _CACHE.clear()
-        _CACHE[key] = entry
+        _cache.CACHE.keep(key, entry)
         return result
 
     return op

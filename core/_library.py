@@ -5,8 +5,8 @@ shapes and dtypes, so a compiled function that calls any rlscan op traces with n
 break, on CUDA and on CPU, and CUDA graphs capture the real launch. Eager calls skip the
 dispatcher (it costs more than a launch) and run the same implementation directly.
 
-A custom op runs its op through a :class:`rlscan._call.Call` built for arguments that are
-checked already. The function that builds one (``_call.trusted_call``) is handed to
+A custom op runs its op through the :class:`rlscan._call.CallArgs` of arguments that are
+checked already. The function that builds them (``_call.trusted_call``) is handed to
 :func:`register_fused` by the op's module: the call machinery uses this layer (a call
 inside ``torch.compile`` runs the op's custom op), so this layer does not import it.
 
@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 from torch.library import Library
 
-from . import _backend
+from . import _backend, _cache
 from ._spec import OpSpec, tensor_signature
 from ._triton import launch as _launch
 
@@ -28,21 +28,20 @@ _FUSED: dict = {}
 
 
 class _Runners:
-    """The runners of one op's custom op by call signature.
+    """One op's custom op: its runner by call signature, from the signature cache.
 
     Inside a compiled graph the op runs on arguments the graph has already checked, once per
     replay, so its runner (a Triton launch plan or the CPU loop on a fixed layout) is looked
     up by the tensors' signature (shapes, strides, dtypes, alignment) and the options, and
-    run on fresh outputs: no :class:`Call` is built and no layout planned again."""
+    run on fresh outputs: no call is checked and no layout planned again."""
 
     def __init__(self, spec: OpSpec, new_call: Callable):
         self.spec, self.new_call = spec, new_call
-        self.by_signature: dict = {}
 
     def __call__(self, tensors: list, scalars: list, time_dim: int, exact: bool, out_dtype) -> list:
-        key = (tuple(map(tensor_signature, tensors)), time_dim, exact, out_dtype, _backend.get_backend(),
-               _launch.settings_key())
-        found = self.by_signature.get(key)
+        key = ("custom op", id(self.spec), tuple(map(tensor_signature, tensors)), time_dim, exact, out_dtype,
+               _backend.get_backend()) + _launch.settings_key()
+        found = _cache.CACHE.get(key)
         if found is not None:
             runner, dtype = found
             anchor = tensors[0]
@@ -54,13 +53,8 @@ class _Runners:
         if 0 not in call.shape:
             runner = call.compute(self.spec, tuple(tensors), tuple(scalars), outs, exact)
             if runner is not None:  # None: split into several launches, planned each time
-                if len(self.by_signature) >= _MAX_RUNNERS:
-                    self.by_signature.clear()
-                self.by_signature[key] = (runner, outs[0].dtype)
+                _cache.CACHE.keep(key, (runner, outs[0].dtype))
         return list(outs)
-
-
-_MAX_RUNNERS = 256
 
 
 # The fused ops are defined through a plain Library, not ``custom_op``: they never need
@@ -74,7 +68,7 @@ _FUSED_SCHEMA = "(Tensor?[] tensors, float[] scalars, int time_dim, bool exact, 
 def register_fused(spec: OpSpec, new_call: Callable):
     """Register ``rlscan::<spec.name>``, the op's fused kernel, and return it.
 
-    ``new_call(spec, tensors, time_dim, out_dtype)`` is the :class:`~rlscan._call.Call` that
+    ``new_call(spec, tensors, time_dim, out_dtype)`` is the :class:`~rlscan._call.CallArgs` that
     runs the op on arguments that are checked already (``rlscan._call.trusted_call``)."""
     runners = _Runners(spec, new_call)
 

@@ -135,6 +135,42 @@ class OpSpec:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
+class Masked:
+    """A masked op taken from its mask (docs/semantics.md, "Skipped steps"): ``op`` on the
+    next kept values ``W``, with plan variants that need no ``W``. The dispatcher
+    (:func:`rlscan._dispatch.run_masked`) picks one of:
+
+    * ``cpu``, on the CPU path, and ``triton``, on the Triton path outside ``exact``: one pass
+      over the inputs, ``(call, tensors, scalars, whiten) -> outputs`` or ``None`` where it does
+      not apply (the layout, the dtypes, a coefficient tensor); ``cpu`` checks the mask's 0/1
+      values as it reads them (``check(call, mask)`` does elsewhere);
+    * otherwise the two scans: ``first`` (the next kept values, on the inputs of its names)
+      into ``op``'s input ``feeds``, then ``op``, whose first output ``whiten(x, mask)``
+      standardises where asked.
+
+    The tensors come in ``op.inputs`` order, ``None`` at ``feeds``."""
+
+    op: OpSpec
+    first: OpSpec
+    feeds: str
+    mask: str
+    cpu: Optional[Callable] = None
+    triton: Optional[Callable] = None
+    check: Callable
+    whiten: Callable
+    # read on every call: computed once
+    feeds_of: int = field(init=False, repr=False)
+    mask_of: int = field(init=False, repr=False)
+    first_of: tuple = field(init=False, repr=False)  # where each of ``first``'s inputs is among ``op``'s
+
+    def __post_init__(self):
+        names = [name for name, _ in self.op.inputs]
+        object.__setattr__(self, "feeds_of", names.index(self.feeds))
+        object.__setattr__(self, "mask_of", names.index(self.mask))
+        object.__setattr__(self, "first_of", tuple(names.index(name) for name, _ in self.first.inputs))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Arguments:
     """What a public op takes, by role: the tests, the tools and the benchmark build every op's
     inputs from this, each with one builder, rather than from a list of ops of their own.

@@ -31,7 +31,7 @@ import torch
 
 import rlscan
 import rlscan.reference
-from rlscan import _call, _cpu, _fast
+from rlscan import _cache, _cpu, _fast
 from rlscan_testing import assert_close, bitwise_equal, path_for, place
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -182,7 +182,7 @@ def _capture(fn):
 
 # ----------------------------------------------------------------------------- caches and knobs
 
-_MODULES = {"_cpu": _cpu, "_fast": _fast, "_call": _call}
+_MODULES = {"_cpu": _cpu, "_cache": _cache}
 #: the names of the compiled loop versions that calls picked (``_Loop.__call__``; a replay of a
 #: noted loop call runs the version its first call picked without it)
 _RAN: list = []
@@ -198,7 +198,7 @@ def _noting_versions(real):
     return call
 
 
-class _Counted(dict):
+class _Counted(_cache.SignatureCache):
     """A cache that counts how often it was emptied for being full."""
 
     clears = 0
@@ -218,25 +218,22 @@ def fresh(monkeypatch):
     note = _cpu._Versions.note
     monkeypatch.setattr(_cpu._Versions, "note", lambda self, parallel, seconds: note(self, parallel, 2.0 - parallel))
     monkeypatch.setattr(_cpu._Loop, "__call__", _noting_versions(_cpu._Loop.__call__))
-    monkeypatch.setattr(_fast, "_CACHE", _Counted())
-    monkeypatch.setattr(_call, "_CPU_RUNNERS", _Counted())
+    monkeypatch.setattr(_cache, "CACHE", _Counted())
 
     def knobs(values: dict) -> None:
         for name, value in values.items():
             module, attr = name.split(".")
             monkeypatch.setattr(_MODULES[module], attr, value)
-        _fast._CACHE.clear()
-        _call._CPU_RUNNERS.clear()
-        _fast._CACHE.clears = _call._CPU_RUNNERS.clears = 0
+        _cache.clear()
+        _cache.CACHE.clears = 0
         _RAN.clear()
 
     yield knobs
-    _fast._CACHE.clear()
-    _call._CPU_RUNNERS.clear()
+    _cache.clear()
 
 
 def _runners() -> list:
-    return list(_call._CPU_RUNNERS.values())
+    return list(_cpu.cached_runners())
 
 
 @contextlib.contextmanager
@@ -259,7 +256,7 @@ def _row_loop_calls():
 
 
 def _replayed() -> bool:
-    return any(isinstance(e, _fast._Entry) for e in _fast._CACHE.values())
+    return any(isinstance(e, _fast._Entry) for e in _cache.CACHE.values())
 
 
 # ----------------------------------------------------------------------------- the thresholds
@@ -333,15 +330,11 @@ def _recheck_call() -> int:
 
 
 def _replays_kept(runners) -> bool:
-    return _fast._CACHE.clears == 0 and _call._CPU_RUNNERS.clears == 0
+    return _cache.CACHE.clears == 0
 
 
-def _replay_cache_emptied(runners) -> bool:
-    return _fast._CACHE.clears > 0
-
-
-def _runners_emptied(runners) -> bool:
-    return _call._CPU_RUNNERS.clears > 0
+def _cache_emptied(runners) -> bool:
+    return _cache.CACHE.clears > 0
 
 
 class Side(NamedTuple):
@@ -413,13 +406,10 @@ THRESHOLDS = {
         Side("before", "TN", ((24, 11),), ((1024, 1024),), _before_the_recheck, lambda: _recheck_call() - 1),
         Side("rechecked", "TN", ((24, 11),), ((1024, 1024),), _rechecked, _recheck_call),
     )),
-    "_fast._MAX_ENTRIES": ({"_fast._MAX_ENTRIES": 2}, (
+    # a replayed call keeps two entries (its replay and its runner), a masked op's loops more
+    "_cache.MAX_ENTRIES": ({"_cache.MAX_ENTRIES": 4}, (
         Side("below", "TN", ((24, 10),), ((24, 10),), _replays_kept),
-        Side("full", "TN", ((24, 10), (24, 11), (24, 12)), _shapes(1025), _replay_cache_emptied, lambda: 1),
-    )),
-    "_call._MAX_CPU_RUNNERS": ({"_call._MAX_CPU_RUNNERS": 2}, (  # the masked ops run two loops
-        Side("below", "TN", ((24, 10),), ((24, 10),), _replays_kept),
-        Side("full", "TN", ((24, 10), (24, 11), (24, 12)), _shapes(1025), _runners_emptied, lambda: 1),
+        Side("full", "TN", ((24, 10), (24, 11), (24, 12)), _shapes(2049), _cache_emptied, lambda: 1),
     )),
 }
 
@@ -452,7 +442,7 @@ def _drive(op: str, side: Side, shapes: tuple, calls: Calls, threshold: str) -> 
         assert on_rows and all(on_rows), f"{op}: [N, T] rows did not take the row loops"
     else:
         runners = _runners()
-        assert runners or side.took in (_replay_cache_emptied, _runners_emptied)
+        assert runners or side.took is _cache_emptied
         assert side.took(runners), f"{op}: the {side.name} side of {threshold} did not take its branch"
     first = cases[0]
     torch_case = as_kind(make_case(op, side.layout, *shapes[0], seed=0), "torch contiguous")

@@ -8,7 +8,7 @@ import torch
 from numba import get_thread_id, prange
 
 import rlscan
-from rlscan import _call, _cpu, _fast
+from rlscan import _cache, _cpu
 from rlscan_testing import bitwise_equal, make_problem
 
 
@@ -23,11 +23,9 @@ def parallel_everywhere(monkeypatch):
     monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
     monkeypatch.setattr(_cpu._Versions, "parallel", lambda self: True)
     monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     yield
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
 
 
 @pytest.mark.parametrize("op", ["gae", "vtrace", "linear_scan"])
@@ -36,13 +34,12 @@ def parallel_everywhere(monkeypatch):
 def test_parallel_loops_are_the_serial_loops_bit_for_bit(op, shape, time_dim, layout, parallel_everywhere):
     problem = make_problem(op, shape, time_dim=time_dim, layout=layout, seed=3, terminated="random")
     parallel = _run_on_cpu(problem)
-    runners = list(_call._CPU_RUNNERS.values())
+    runners = list(_cpu.cached_runners())
     assert runners and all(r.parallel_blocks is not None for r in runners)  # the parallel version ran
     _cpu.PARALLEL_MIN_ELEMENTS = 1 << 62  # undone by the fixture's monkeypatch
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     serial = _run_on_cpu(problem)
-    assert all(r.parallel_blocks is None for r in _call._CPU_RUNNERS.values())
+    assert all(r.parallel_blocks is None for r in _cpu.cached_runners())
     for a, b in zip(parallel, serial):
         assert bitwise_equal(a, b)
 
@@ -81,17 +78,15 @@ def test_large_calls_time_both_versions(monkeypatch):
     results are the same bits."""
     monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
     monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     problem = make_problem("gae", (9, 256), seed=5, terminated="random")
     results = [_run_on_cpu(problem) for _ in range(2 * (_cpu.RECENT + 1))]
-    (runner,) = _call._CPU_RUNNERS.values()
+    (runner,) = _cpu.cached_runners()
     assert runner.versions.runs == [_cpu.RECENT + 1] * 2 and None not in runner.versions.seconds
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert bitwise_equal(a, b)
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
 
 
 def test_blocks_keep_whole_cache_lines():
@@ -105,27 +100,26 @@ def test_huge_page_outputs_hold_the_same_bits(monkeypatch):
     """Outputs of at least HUGE_PAGE_BYTES are advised onto huge pages: only a hint."""
     problem = make_problem("gae", (1024, 1100), seed=4)
     assert 1024 * 1100 * 4 >= _cpu.HUGE_PAGE_BYTES
-    _call._CPU_RUNNERS.clear()
+    _cache.clear()
     advised = _run_on_cpu(problem)
-    assert any(r.huge for r in _call._CPU_RUNNERS.values())
+    assert any(r.huge for r in _cpu.cached_runners())
     monkeypatch.setattr(_cpu, "HUGE_PAGE_BYTES", 1 << 62)
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     plain = _run_on_cpu(problem)
     for a, b in zip(advised, plain):
         assert bitwise_equal(a, b)
-    _call._CPU_RUNNERS.clear()
+    _cache.clear()
 
 
 def test_compiled_calls_reuse_one_runner():
     """Inside torch.compile the custom op runs the CPU loop through the runner cached by signature."""
-    _call._CPU_RUNNERS.clear()
+    _cache.clear()
     r, v = torch.randn(6, 3), torch.randn(6, 3)
     boot = torch.randn(3)
     f = torch.compile(lambda r, v, b: rlscan.gae(r, v, bootstrap_value=b).advantages, fullgraph=True, backend="eager")
     for _ in range(3):
         f(r, v, boot)
-    assert len(_call._CPU_RUNNERS) == 1
+    assert len(_cpu.cached_runners()) == 1
     expected = rlscan.reference.gae(r.double(), v.double(), bootstrap_value=boot.double()).advantages
     np.testing.assert_allclose(f(r, v, boot).numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
 
@@ -136,16 +130,15 @@ def test_compiled_calls_reuse_one_runner():
 def test_a_replayed_loop_call_is_the_loop_on_the_new_arguments(op, layout):
     """A runner that noted its loop call (``_LoopCall``) computes the next call's own inputs,
     and a call with other scalars (γ) takes the op's function again."""
-    _call._CPU_RUNNERS.clear()
+    _cache.clear()
     first = make_problem(op, (12, 5), layout=layout, seed=1, terminated="random")
     second = make_problem(op, (12, 5), layout=layout, seed=2, terminated="random")
     other_gamma = make_problem(op, (12, 5), layout=layout, seed=2, terminated="random", gamma=0.5)
     _run_on_cpu(first)
-    replays = [r.replay for r in _call._CPU_RUNNERS.values()]
+    replays = [r.replay for r in _cpu.cached_runners()]
     assert all(replays), replays
     warm = [_run_on_cpu(p) for p in (second, other_gamma)]
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     cold = [_run_on_cpu(p) for p in (second, other_gamma)]
     for w, c in zip(warm, cold):
         assert all(bitwise_equal(a, b) for a, b in zip(w, c))
@@ -194,8 +187,7 @@ def test_a_remembered_view_follows_its_tensor(layout):
     """Inputs passed again (a rollout buffer refilled in place) reuse the array made for them:
     it sees the new values, and the same tensor with other memory (``.data`` swapped for
     memory of the same layout) gets a view of that memory."""
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     problem = make_problem("gae", (11, 6), layout=layout, seed=4, terminated="random")
     rewards = problem.args[0]
 
@@ -206,7 +198,7 @@ def test_a_remembered_view_follows_its_tensor(layout):
     for scale in (1.0, -2.0, 3.0):  # two calls see it twice in a row, then the view is kept
         rewards.mul_(scale)
         check(_run_on_cpu(problem))
-    kept = [v for r in _call._CPU_RUNNERS.values() for views in r.views.values() for v in views[0]
+    kept = [v for r in _cpu.cached_runners() for views in r.views.values() for v in views[0]
             if isinstance(v, _cpu._Remembered) and v.kept[2] is not None]
     assert kept, "no input's view was remembered"
     before = _run_on_cpu(problem)
@@ -221,8 +213,7 @@ def test_a_remembered_view_keeps_no_memory_alive():
     import gc
     import weakref
 
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     memory = np.random.default_rng(0).normal(size=(9, 4)).astype(np.float32)
     r = torch.from_numpy(memory)  # its storage holds the array: the array's life is the memory's
     v, last = torch.randn(9, 4), torch.randn(4)
@@ -287,18 +278,15 @@ def test_rows_walked_one_at_a_time_give_the_same_bits(op, monkeypatch):
     """Steps next to each other in memory (``time_dim=1``) with rows far enough apart are walked
     one row at a time (``_steps_in_rows``): each environment's steps still run in order."""
     problem = make_problem(op, (40, 33), time_dim=1, seed=6, terminated="random")
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     across = _run_on_cpu(problem)
-    assert all(r.serial_blocks == 1 for r in _call._CPU_RUNNERS.values())
+    assert all(r.serial_blocks == 1 for r in _cpu.cached_runners())
     monkeypatch.setattr(_cpu, "_steps_in_rows", lambda layout, tensors, kinds: not layout.two_level)
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     rows = _run_on_cpu(problem)
-    assert any(r.serial_blocks == 40 for r in _call._CPU_RUNNERS.values())
+    assert any(r.serial_blocks == 40 for r in _cpu.cached_runners())
     assert all(bitwise_equal(a, b) for a, b in zip(across, rows))
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
 
 
 def test_which_grids_are_walked_row_by_row():
@@ -335,20 +323,17 @@ def test_loops_for_a_fixed_width_give_the_generic_loops_bits(op, width, monkeypa
     """Rows of 1-8 environments run loop versions compiled for their width (``FIXED_WIDTHS``):
     the same bits as the version for any width."""
     problem = make_problem(op, (30, width), seed=7, terminated="random")
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     fixed = _run_on_cpu(problem)
     assert any((width, False) in loop._versions and loop._versions[(width, False)] is not loop.serial
                for loop in _loops())
     monkeypatch.setattr(_cpu, "FIXED_WIDTHS", ())
     for loop in _loops():
         monkeypatch.setattr(loop, "_versions", {(None, False): loop.serial})
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     generic = _run_on_cpu(problem)
     assert all(bitwise_equal(a, b) for a, b in zip(fixed, generic))
-    _call._CPU_RUNNERS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
 
 
 @pytest.mark.parametrize("op", ["gae", "td_lambda", "discounted_returns"])
@@ -362,9 +347,8 @@ def test_masked_loops_in_parallel_are_the_serial_loops_bit_for_bit(op, parallel_
           "discounted_returns": lambda: (rlscan.discounted_returns(r, mask=mask, gamma=0.9),)}[op]
     with rlscan.use_backend("cpu"):
         parallel = fn()
-        assert all(r.parallel_blocks is not None for r in _call._CPU_RUNNERS.values())
-        _call._CPU_RUNNERS.clear()
-        _fast._CACHE.clear()
+        assert all(r.parallel_blocks is not None for r in _cpu.cached_runners())
+        _cache.clear()
         _cpu.PARALLEL_MIN_ELEMENTS = 1 << 40
         serial = fn()
     for a, b in zip(parallel, serial):

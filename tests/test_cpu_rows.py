@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rlscan
-from rlscan import _cpu, _cpu_rows, whiten
+from rlscan import _cache, _cpu, _cpu_rows, _dispatch, whiten
 from rlscan.ops import _skip
 from rlscan.ops.discounted_returns import kept_returns
 from rlscan.ops.gae import rows
@@ -33,7 +33,7 @@ def version(request, monkeypatch):
     monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
     monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
     monkeypatch.setattr(_cpu._Versions, "parallel", lambda self: parallel)
-    monkeypatch.setattr(_cpu_rows, "_VERSIONS", {})
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
     with rlscan.use_backend("cpu"):
         yield request.param
 
@@ -104,7 +104,7 @@ def test_rows_read_inputs_in_place(version, monkeypatch):
 
     monkeypatch.setattr(_cpu, "_converted", refuse)
     monkeypatch.setattr(whiten, "_torch_form", refuse)
-    monkeypatch.setattr(_skip, "next_kept_values", refuse)
+    monkeypatch.setattr(_dispatch, "_two_scans", refuse)
     monkeypatch.setattr(_skip, "check_mask_values", refuse)
     r, v, m = responses(8, 50, seed=3, value_dtype=torch.bfloat16)
     m[0, :2] = 1

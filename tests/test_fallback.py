@@ -11,7 +11,7 @@ import torch
 import triton
 
 import rlscan
-from rlscan import _fast
+from rlscan import _cache
 from rlscan._triton import stripe_scan, tile_scan
 from rlscan._triton import launch as L
 from rlscan_testing import assert_matches_reference, make_problem, path_for
@@ -22,8 +22,7 @@ def failing(monkeypatch):
     """``failing(pred)``: from now on, compiling a kernel ``pred(fn, kwargs)`` selects raises
     as Triton 3.6 did (a PassManager failure); returns the kernels that were tried."""
     monkeypatch.setattr(L, "_WARNED", set())
-    monkeypatch.setattr(L, "_PLANS", {})
-    monkeypatch.setattr(_fast, "_CACHE", {})
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
     tried = []
     real = L._compile_and_launch
 
@@ -52,8 +51,7 @@ def test_a_setting_that_does_not_compile_falls_back_with_one_warning(failing):
             warnings.simplefilter("always")
             assert_matches_reference(p)
             assert_matches_reference(p)  # the plan (and a new one) keep the setting that compiled
-            L._PLANS.clear()
-            _fast._CACHE.clear()
+            _cache.clear()
             assert_matches_reference(p)
     found = _fallback_warnings(record)
     assert len(found) == 1, [str(w.message) for w in found]

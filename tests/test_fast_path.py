@@ -6,18 +6,18 @@ import pytest
 import torch
 
 import rlscan
-from rlscan import _fast
+from rlscan import _cache, _fast
 from rlscan_testing import OP_NAMES, assert_matches_reference, make_problem
 
 
 def _replayed_entries() -> int:
-    return sum(1 for e in _fast._CACHE.values() if e is not _fast._CHECKED_PATH)
+    return sum(1 for e in _cache.CACHE.values() if isinstance(e, (_fast._Entry, _fast._GradEntry)))
 
 
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_repeat_call_on_new_data_matches_reference(path, op):
     """The second call with the same signature is replayed, on the second call's tensors."""
-    _fast._CACHE.clear()
+    _cache.clear()
     first = make_problem(op, (9, 3), device=path.device, seed=1)
     assert_matches_reference(first)
     assert _replayed_entries() == 1
@@ -29,7 +29,7 @@ def test_repeat_call_on_new_data_matches_reference(path, op):
 
 
 def test_layout_change_is_a_new_signature(path):
-    _fast._CACHE.clear()
+    _cache.clear()
     assert_matches_reference(make_problem("gae", (6, 4), device=path.device, seed=3))
     assert_matches_reference(make_problem("gae", (6, 4), device=path.device, seed=4, layout="transposed"))
     assert_matches_reference(make_problem("gae", (6, 4), device=path.device, seed=5, dtype=torch.float64))
@@ -85,7 +85,7 @@ def test_value_checks_run_on_every_call():
 
 
 def test_out_calls_take_the_checked_path(path):
-    _fast._CACHE.clear()
+    _cache.clear()
     p = make_problem("td_lambda", (6, 2), device=path.device, seed=6)
     out = torch.empty_like(p.args[0])
     for _ in range(2):
@@ -97,7 +97,7 @@ def test_out_calls_take_the_checked_path(path):
 def test_numpy_calls_replay_on_the_cpu_loop(layout):
     """numpy in, numpy out: the replay allocates numpy outputs laid out as the checked call's,
     on new arrays, and matches the float64 reference."""
-    _fast._CACHE.clear()
+    _cache.clear()
     rng = np.random.default_rng(0)
 
     def arrays():
@@ -126,7 +126,7 @@ def test_forced_settings_are_part_of_the_signature():
     from rlscan_testing import path_for
 
     chosen = path_for("triton")
-    _fast._CACHE.clear()
+    _cache.clear()
     with rlscan.use_backend("triton"):
         p = make_problem("gae", (7, 3), device=chosen.device, seed=7)
         assert_matches_reference(p)
@@ -135,16 +135,17 @@ def test_forced_settings_are_part_of_the_signature():
     assert _replayed_entries() == 2
 
 
-def test_one_tensor_passed_twice_is_never_replayed(path):
-    """``next_values=values`` says nothing about which argument a later call's tensor
-    stands for, so such a signature is always checked."""
-    _fast._CACHE.clear()
+def test_one_tensor_passed_as_two_arguments(path):
+    """``next_values=values``: the replay takes each kernel input from the argument of its name
+    (``OpSpec.inputs``), so a later call of the signature with distinct tensors reads its own
+    ``next_values``."""
+    _cache.clear()
     p = make_problem("gae", (6, 3), device=path.device, values="next", seed=10)
     v = p.args[1]
     assert_matches_reference(p.replace(next_values=v))
     other = make_problem("gae", (6, 3), device=path.device, values="next", seed=11)
     assert_matches_reference(other)  # same signature, distinct tensors: must read next_values
-    assert _replayed_entries() == 0
+    assert _replayed_entries() == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
@@ -152,7 +153,7 @@ def test_one_tensor_passed_twice_is_never_replayed(path):
 def test_replay_keeps_dtype_and_layout(path, dtype, layout):
     """Half-precision outputs (computed in a float32 buffer on the CPU path) and transposed
     inputs, replayed on new data."""
-    _fast._CACHE.clear()
+    _cache.clear()
     for seed in (12, 13, 14):
         assert_matches_reference(make_problem("td_lambda", (7, 3), device=path.device, dtype=dtype, layout=layout,
                                               seed=seed))
@@ -163,7 +164,7 @@ def test_fused_backward_calls_are_replayed(path):
     """A call that records for backward replays its signature (on the CPU path too, where
     the backward is the CPU loop): the replay's gradients are those of a checked call on the
     same data."""
-    _fast._CACHE.clear()
+    _cache.clear()
     grads = []
     for seed in (1, 2, 2):
         p = make_problem("gae", (6, 3), device=path.device, seed=seed)
@@ -171,8 +172,8 @@ def test_fused_backward_calls_are_replayed(path):
         v = p.args[1].clone().requires_grad_()
         adv, ret = rlscan.gae(r, v, **p.kwargs)
         grads.append(torch.autograd.grad((adv * 2 + ret).sum(), (r, v)))
-    assert any(isinstance(e, _fast._GradEntry) for e in _fast._CACHE.values())
-    _fast._CACHE.clear()  # the same data through the checked path
+    assert any(isinstance(e, _fast._GradEntry) for e in _cache.CACHE.values())
+    _cache.clear()  # the same data through the checked path
 
     def checked(device=path.device):
         p = make_problem("gae", (6, 3), device=device, seed=2)
@@ -195,7 +196,7 @@ def test_replayed_backward_of_a_call_split_into_launches(path):
     slice, planned on every call (no runner is noted). Replayed, its forward and backward
     put the template's anchor back from the inputs: results and gradients equal the checked
     path's, and the cached template holds no tensor."""
-    _fast._CACHE.clear()
+    _cache.clear()
     gen = torch.Generator().manual_seed(3)
     big = torch.randn(7, 5, 9, 6, 11, generator=gen).to(path.device)
     rewards = big.permute(3, 0, 2, 1, 4)[:, ::2, ::3, :, ::2]  # [T=6, 4, 3, 5, 6], three strided groups
@@ -206,10 +207,10 @@ def test_replayed_backward_of_a_call_split_into_launches(path):
         r = rewards.detach().requires_grad_()
         adv, ret = rlscan.gae(r, values, bootstrap_value=last)
         got.append((adv, ret) + torch.autograd.grad((adv * adv + ret).sum(), r))
-    entries = [e for e in _fast._CACHE.values() if isinstance(e, _fast._GradEntry)]
-    assert len(entries) == 1 and entries[0].call.anchor is None
-    assert entries[0].call.__dict__.get("forward_runner") is None  # split: planned every call
-    _fast._CACHE.clear()
+    entries = [e for e in _cache.CACHE.values() if isinstance(e, _fast._GradEntry)]
+    assert len(entries) == 1 and entries[0].args.anchor is None
+    assert entries[0].fused.runner is None  # split: planned every call
+    _cache.clear()
     r = rewards.detach().requires_grad_()
     adv, ret = rlscan.gae(r, values, bootstrap_value=last)
     want = (adv, ret) + torch.autograd.grad((adv * adv + ret).sum(), r)
@@ -227,7 +228,7 @@ def test_replayed_backward_follows_the_gradients_layout(path, op):
 
     def gradients(grads_of, checked: bool):
         if checked:
-            _fast._CACHE.clear()
+            _cache.clear()
         leaf = problem.args[0].clone().requires_grad_()
         outs = problem.replace(**{problem.info.series[0]: leaf}).run()
         wanted = [(o, g) for o, g in zip(outs, grads_of(outs)) if g is not None]
@@ -239,11 +240,65 @@ def test_replayed_backward_follows_the_gradients_layout(path, op):
         lambda outs: [torch.arange(o.numel(), device=o.device, dtype=o.dtype).reshape(o.shape[::-1]).t() for o in outs],
         lambda outs: [torch.ones_like(outs[0])] + [None] * (len(outs) - 1),
     ]
-    _fast._CACHE.clear()
+    _cache.clear()
     gradients(layouts[0], checked=False)  # the first call records the signature
     replayed = [gradients(g, checked=False) for g in layouts]
-    (entry,) = [e for e in _fast._CACHE.values() if isinstance(e, _fast._GradEntry)]
-    assert len(entry.call.backward_runners) == len(layouts)  # one backward runner per gradients' layout
+    (entry,) = [e for e in _cache.CACHE.values() if isinstance(e, _fast._GradEntry)]
+    backward = [k for k in _cache.CACHE if k[0] == "backward" and k[1] == entry.args.backward_key]
+    assert len(backward) == len(layouts)  # one backward runner per gradients' layout
     checked = [gradients(g, checked=True) for g in layouts]
     for a, b in zip(replayed, checked):
         assert torch.equal(a, b)
+
+
+def _frames_to_kernel(call) -> int:
+    """How many rlscan frames are on the stack when ``call()`` enters its kernel: a CPU loop
+    (numba reports its compiled functions to a profiler as calls of their Python code) or
+    Triton's launcher."""
+    import os
+    import sys
+
+    package = os.path.dirname(rlscan.__file__)
+    stack, found = [], []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            kernel = (code.co_filename.startswith(package) and code.co_name.endswith("_loop")) or \
+                f"{os.sep}triton{os.sep}" in code.co_filename
+            if kernel and not found:
+                found.append(sum(stack))
+            stack.append(code.co_filename.startswith(package))
+        elif event == "return" and stack:
+            stack.pop()
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    assert found, "the call entered no kernel"
+    return found[0]
+
+
+def test_a_warm_cpu_call_passes_at_most_four_frames():
+    """op → replay → runner → the loop's noted call: a repeat call at 8 × 16 reaches the loop
+    through at most four frames of rlscan's."""
+    r, v = torch.randn(16, 8), torch.randn(16, 8)
+    d, last = torch.rand(16, 8) < 0.1, torch.randn(8)
+    with rlscan.use_backend("cpu"):
+        for _ in range(3):
+            rlscan.gae(r, v, bootstrap_value=last, terminated=d)
+        assert _frames_to_kernel(lambda: rlscan.gae(r, v, bootstrap_value=last, terminated=d)) <= 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the direct launch needs a GPU (the interpreter launches "
+                                                             "every call through Triton's JITFunction)")
+def test_a_warm_gpu_call_passes_at_most_four_frames():
+    """op → replay → launch plan → direct launch: a repeat call at 4096 × 128 reaches Triton's
+    launcher through at most four frames of rlscan's."""
+    r, v = torch.randn(128, 4096, device="cuda"), torch.randn(128, 4096, device="cuda")
+    d, last = torch.rand(128, 4096, device="cuda") < 0.1, torch.randn(4096, device="cuda")
+    for _ in range(3):
+        rlscan.gae(r, v, bootstrap_value=last, terminated=d)
+    assert _frames_to_kernel(lambda: rlscan.gae(r, v, bootstrap_value=last, terminated=d)) <= 4

@@ -294,14 +294,13 @@ def test_state_carried_in_without_a_gather(op, config, way, monkeypatch):
     back from the first output (on a GPU, tiles of many steps per warp; here every tile):
     V-trace's forward reads it, and so do the backward kernels of GAE, TD(λ), V-trace,
     Retrace and the eligibility traces, whose first output is written at every step."""
-    from rlscan import _fast
+    from rlscan import _cache
     from rlscan._triton import launch, policy
 
     monkeypatch.setitem(policy.FORCED, "state_in_steps_per_warp", 0)
     monkeypatch.setattr(launch, "FORCE_STATE_IN", way)
-    monkeypatch.setattr(launch, "_PLANS", {})
-    monkeypatch.setattr(_fast, "_CACHE", type(_fast._CACHE)())
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
     problem = _problem(op, dtype=torch.float32, seed=9)
     with forced_config(**dict(KERNEL_CONFIGS[config], num_warps=2)):
         _assert_same_gradients(problem)
-    assert any(plan.constexprs.get("STATE_IN") == way for plan in launch._PLANS.values())
+    assert any(plan.constexprs.get("STATE_IN") == way for plan in launch.plans())

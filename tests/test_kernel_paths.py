@@ -11,6 +11,7 @@ import math
 import pytest
 
 import rlscan
+from rlscan import _cache
 from rlscan._triton.launch import CHAINED, choose_config, forced_config
 from rlscan_testing import KERNEL_CONFIGS, OP_NAMES, VALUE_OPS, assert_matches_reference, make_problem, path_for
 
@@ -249,10 +250,10 @@ def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, m
 
     monkeypatch.setattr(chained_scan.chained_kernel, "warmup", warmup, raising=False)
     monkeypatch.setattr(launch, "choose_configs", lambda *args, **kwargs: candidates)
-    launch._PLANS.clear()
+    _cache.clear()
     with rlscan.use_backend("triton"):
         problem.run()
-        (plan,) = launch._PLANS.values()
+        (plan,) = launch.plans()
         assert plan.unchecked is False and plan.cfg == candidates[0]  # the interpreter compiles nothing
         plan.unchecked = True
         assert_matches_reference(problem)
@@ -261,7 +262,7 @@ def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, m
         monkeypatch.setattr(chained_scan.chained_kernel, "warmup", lambda *a, **k: object(), raising=False)
         assert_matches_reference(problem)
         assert plan.cfg == candidates[2]
-    launch._PLANS.clear()
+    _cache.clear()
 
 
 def test_words_link_is_float32_only(triton_path):
@@ -274,12 +275,12 @@ def test_words_link_is_float32_only(triton_path):
     settings = dict(KERNEL_CONFIGS["chained-words-look-back"])
     for dtype, link in ((torch.float32, "words"), (torch.float64, "flags")):
         problem = make_problem("gae", (T, 3), dtype=dtype, device=triton_path.device, seed=6)
-        launch._PLANS.clear()
+        _cache.clear()
         with forced_config(**settings):
             assert_matches_reference(problem)
-        (plan,) = launch._PLANS.values()
+        (plan,) = launch.plans()
         assert (plan.cfg.kind, plan.cfg.lookback, plan.cfg.link) == ("chained", settings["lookback"], link)
-    launch._PLANS.clear()
+    _cache.clear()
 
 
 def test_words_look_back_ends_with_nan_coefficients(triton_path):
@@ -317,27 +318,25 @@ def test_the_state_carried_in_is_read_back_from_an_output_of_the_compute_dtype(t
     so there the exclusive scan gives it. Single warps gather it."""
     import torch
 
-    from rlscan import _fast
+    from rlscan import _cache
     from rlscan._triton import launch, policy
 
     monkeypatch.setitem(policy.FORCED, "state_in_steps_per_warp", 1)
-    monkeypatch.setattr(launch, "_PLANS", {})
-    monkeypatch.setattr(_fast, "_CACHE", {})
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
     problem = make_problem("vtrace", (T, 3), dtype=getattr(torch, dtype), device=triton_path.device, seed=8)
     for warps, want in ((2, way), (1, "gather")):
-        launch._PLANS.clear()
+        _cache.clear()
         with forced_config(**dict(CONFIGS["scan-one-tile"], num_warps=warps)):
             assert_matches_reference(problem)
-        assert [plan.constexprs["STATE_IN"] for plan in launch._PLANS.values()] == [want]
+        assert [plan.constexprs["STATE_IN"] for plan in launch.plans()] == [want]
 
 
 @pytest.mark.parametrize("config, one_tile", [("scan-one-tile", True), ("scan-tiles", False), ("scan-chunks", False)])
 def test_a_tile_that_holds_every_step_runs_without_the_loop(triton_path, config, one_tile, monkeypatch):
-    from rlscan import _fast
+    from rlscan import _cache
     from rlscan._triton import launch
 
-    monkeypatch.setattr(launch, "_PLANS", {})
-    monkeypatch.setattr(_fast, "_CACHE", {})
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
     with forced_config(**CONFIGS[config]):
         assert_matches_reference(_problem("gae", "time-last", triton_path.device, seed=4))
-    assert [plan.constexprs["ONE_TILE"] for plan in launch._PLANS.values()] == [one_tile]
+    assert [plan.constexprs["ONE_TILE"] for plan in launch.plans()] == [one_tile]

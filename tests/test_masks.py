@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import rlscan
-from rlscan import reference
+from rlscan import _cache, reference
 from rlscan._triton import policy, settings
 from rlscan._triton.launch import forced_config
 from rlscan_testing import KERNEL_CONFIGS, masked_whiten_reference, path_for
@@ -214,7 +214,7 @@ def test_one_pass_pairs_the_lanes_of_one_row_settings(triton_path_only, lanes, m
     run = one_pass._run
     monkeypatch.setattr(one_pass, "_run", lambda *a: ran.append(run(*a)) or ran[-1])
     monkeypatch.setattr(launch, "choose_configs", lambda T, B, *a, **k: (Config("scan", 1, 4, block_t=8, chunk_len=T),))
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
     args, kwargs = _problem("gae", B=3, T=T, device=triton_path_only, terminated=True, mask=PATTERNS[[0, 1, 4]])
     with launch.recording_plans() as plans:
         _check("gae", args, kwargs)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import rlscan
-from rlscan import _fast, reference
+from rlscan import _cache, reference
 from rlscan._triton import launch
 from rlscan._triton.launch import forced_config
 from rlscan.ops.retrace.table import TablePlan
@@ -45,11 +45,11 @@ def test_retrace_from_q_paths(config, A, time_dim):
     want = reference.retrace_from_q(*args.values(), **kwargs)
     moved = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
     exact = CONFIGS[config] is None
-    launch._PLANS.clear()
+    _cache.clear()
     with rlscan.use_backend("triton"), forced_config(**(CONFIGS[config] or {})):
         got = rlscan.retrace_from_q(*map(moved, args.values()), exact=exact,
                                     **{k: moved(v) for k, v in kwargs.items()})
-        plans = list(launch._PLANS.values())
+        plans = list(launch.plans())
     assert any(isinstance(p, TablePlan) for p in plans) != exact  # the prologue ran, except for exact
     for g, w in zip(got, want):
         assert_close(g.cpu(), torch.as_tensor(w), torch.float64, f"{config} A={A}")
@@ -65,11 +65,11 @@ def _moved(x, device):
 def _run(args, kwargs):
     device = path_for("triton").device
     moved = lambda x: _moved(x, device)  # noqa: E731
-    launch._PLANS.clear()
-    _fast._CACHE.clear()  # a plan is made, not replayed from an earlier test's call
+    _cache.clear()
+    _cache.clear()  # a plan is made, not replayed from an earlier test's call
     with rlscan.use_backend("triton"):
         got = rlscan.retrace_from_q(*map(moved, args.values()), **{k: moved(v) for k, v in kwargs.items()})
-        plans = [p for p in launch._PLANS.values() if isinstance(p, TablePlan)]
+        plans = [p for p in launch.plans() if isinstance(p, TablePlan)]
     assert len(plans) == 1
     return got, plans[0].constexprs["FLAT_A"]
 
@@ -127,8 +127,7 @@ def test_repeat_calls_give_the_first_calls_numbers(out_dtype, time_dim):
     device = path_for("triton").device
     moved = {k: _moved(x, device) for k, x in args.items()}
     kw = {k: _moved(x, device) for k, x in kwargs.items()}
-    launch._PLANS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     with rlscan.use_backend("triton"):
         first = rlscan.retrace_from_q(*moved.values(), out_dtype=out_dtype, **kw)
         for _ in range(3):

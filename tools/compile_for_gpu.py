@@ -55,6 +55,7 @@ from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 import rlscan  # noqa: E402
 import rlscan._backend as _backend  # noqa: E402
+from rlscan import _cache  # noqa: E402
 from rlscan._triton import launch as L  # noqa: E402
 from rlscan.ops.discounted_returns import kept_returns  # noqa: E402
 
@@ -235,7 +236,7 @@ def run_masked(compiler, size: str) -> None:
     for N, T in MASKED_SHAPES[size]:
         for name, call in masked_calls(N, T).items():
             compiler.case = f"{name} NT {N}x{T}"
-            L._PLANS.clear()
+            _cache.clear()
             try:
                 call()
             except Exception as exc:  # noqa: BLE001 - a call that fails before compiling
@@ -364,7 +365,7 @@ def as_on_gpu(compiler: Compiler):
 def run_spec(spec: Spec) -> None:
     group, op, layout, N, T, dtype, flag, mode = spec
     case = make_case(op, layout, N, T, DTYPES[dtype], flag, random=False)
-    L._PLANS.clear()
+    _cache.clear()
     forced = dict(FORCED).get(mode)
     if mode == "backward":
         backward(case)

@@ -53,7 +53,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rlscan  # noqa: E402
 from op_cases import DTYPES, FUSED_BACKWARD, LAYOUTS, OPS, backward, make_case, setting_name  # noqa: E402
-from rlscan import _fast  # noqa: E402
+from rlscan import _cache  # noqa: E402
 from rlscan._triton import launch as L  # noqa: E402
 from rlscan._triton import settings as S  # noqa: E402
 
@@ -211,8 +211,7 @@ def check(spec, device) -> dict:
         return check_inputs(spec, device)
     case = make_case(op, layout, N, T, DTYPES[dtype], flag, device=device, seed=zlib.crc32(f"{op} {N} {T}".encode()) % 1000)
     row = dict(op=op, layout=layout, shape=f"{N}x{T}", dtype=dtype, flag=flag, direction=mode)
-    L._PLANS.clear()  # the first call makes its plan and is recorded, the second is replayed
-    _fast._CACHE.clear()
+    _cache.clear()  # the first call makes its plan and is recorded, the second is replayed
     with warnings.catch_warnings(record=True) as caught, recording([]) as settings, \
             L.recording_plans() as plans, deterministic(mode == "deterministic"):
         warnings.simplefilter("always", L.CompileFallbackWarning)

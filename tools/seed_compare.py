@@ -45,7 +45,7 @@ import torch
 import triton
 
 import rlscan
-from rlscan import _fast
+from rlscan import _cache
 from rlscan.ops import REGISTRY
 from rlscan import reference
 from rlscan._triton import launch as L
@@ -127,8 +127,7 @@ def rel_err(got, want):
 
 
 def fresh():
-    L._PLANS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
 
 
 def time_variant(fn, want, full=False):
@@ -147,7 +146,7 @@ def time_variant(fn, want, full=False):
 
 def ran_settings():
     return "; ".join(f"{c.kind} b{c.block_b} t{c.block_t} {c.stripes}x{c.steps} w{c.num_warps} c{c.n_chunks} "
-                     f"{c.link}" for c in (p.cfg for p in L._PLANS.values()))
+                     f"{c.link}" for c in (p.cfg for p in L.plans()))
 
 
 ROWS = []

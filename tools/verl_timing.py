@@ -125,19 +125,18 @@ VARIANTS = {"scan b2 t1024 w8": dict(kind="scan", block_b=2, block_t=1024, num_w
 
 def time_settings(r, v, m, truth_returns):
     """The masked one pass (GAE alone, bool and int64 masks) under each of ``VARIANTS``."""
-    from rlscan import _fast
+    from rlscan import _cache
     from rlscan._triton import launch
 
     for label, forced in {"heuristic": None, **VARIANTS}.items():
         for mask in (m.bool(), m):
-            launch._PLANS.clear()
-            _fast._CACHE.clear()
+            _cache.clear()
             fn = lambda: rlscan.gae(r, v, mask=mask, gamma=GAMMA, lmbda=LAM, time_dim=1)  # noqa: E731
             with launch.forced_config(**(forced or {})):
                 err = error(fn()[1], truth_returns)
                 us = 1e6 * device(fn)[0] if err < 1e-5 else float("nan")
                 ran = "; ".join(f"{p.cfg.kind} b{p.cfg.block_b} t{p.cfg.block_t} w{p.cfg.num_warps} c{p.cfg.n_chunks}"
-                                for p in launch._PLANS.values())
+                                for p in launch.plans())
             print(f"  {label:32s} {str(mask.dtype):12s} {us:7.1f} us  returns error {err:.1e}  ran {ran}", flush=True)
 
 

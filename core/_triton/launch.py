@@ -36,6 +36,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .. import _cache
 from .._backend import interpreting
 from . import policy as _policy
 from . import settings as _settings
@@ -65,9 +66,12 @@ def forced_settings():
 
 
 def settings_key():
-    """What decides a launch besides the call's signature: the forced settings, and whether
-    ``torch.use_deterministic_algorithms`` is on (it rules out the chained layout)."""
-    return forced_settings(), torch.are_deterministic_algorithms_enabled()
+    """What decides a launch besides the call's signature: the forced settings and policy
+    decisions, and whether ``torch.use_deterministic_algorithms`` is on (it rules out the
+    chained layout)."""
+    forced = _policy.FORCED
+    return (forced_settings(), torch.are_deterministic_algorithms_enabled(),
+            repr(sorted(forced.items())) if forced else None)
 
 
 _RECORDING: Optional[list] = None
@@ -496,11 +500,11 @@ def _load_launch_internals() -> None:
 
 _POSITIONAL = ("ins", "in_strides", "outs", "out_strides", "scalars", "INIT", "init_strides", "AGG",
                "T", "B", "B_lo", "chunk_len", "n_chunks")
-_PLANS: dict = {}
 
 
-def _key(signature):
-    return signature, settings_key()
+def _key(signature) -> tuple:
+    """The signature cache's key of a plan made for ``signature`` (and the settings in force)."""
+    return ("plan", signature) + settings_key()
 
 
 #: ``"gather"``, ``"exclusive"`` or ``"reload"`` to take the state carried in one way for
@@ -548,37 +552,33 @@ def reads_state_in(emit) -> bool:
 
 def cached_plan(signature) -> Optional[LaunchPlan]:
     """The plan made earlier for ``signature``, if any."""
-    return _PLANS.get(_key(signature))
+    return _cache.CACHE.get(_key(signature))
+
+
+def plans() -> list:
+    """The launch plans in the signature cache (a :class:`LaunchPlan`, or a plan of an op's own
+    such as Retrace-from-Q's table plan, which has launch settings too), oldest first."""
+    return [v for v in list(_cache.CACHE.values()) if isinstance(v, LaunchPlan) or hasattr(v, "constexprs")]
 
 
 def new_plan(spec, layout, ins, in_strides, outs, out_strides, *, compute_dtype, time_contiguous, exact=False,
              init_of=None, init_strides=(0, 0, 0), signature=None, cpu_fallback=None,
              lane_pairs=False) -> LaunchPlan:
-    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``, or
-    with a fourth entry that builds the plan instead, outside ``exact``) on a ``[T, B]``
-    grid; ``cpu_fallback(ins, outs, scalars)`` computes it where no setting compiles.
-    ``signature``, when given, identifies everything the plan depends on (the caller
-    includes shapes, strides, dtypes and pointer alignment); the plan is cached under it.
-    ``lane_pairs``: the batch axis holds pairs of lanes that one program must scan together
-    (an odd ``block_b`` of the table is doubled)."""
+    """The plan that runs the scan engine for one op (``spec = (COEFFS, EMIT, REVERSE)``) on a
+    ``[T, B]`` grid; ``cpu_fallback(ins, outs, scalars)`` computes it where no setting
+    compiles. ``signature``, when given, identifies everything the plan depends on (the
+    caller includes shapes, strides, dtypes and pointer alignment); the plan is kept in the
+    signature cache under it. ``lane_pairs``: the batch axis holds pairs of lanes that one
+    program must scan together (an odd ``block_b`` of the table is doubled)."""
     device = next(o for o in outs if o is not None).device
-    wide = any(_reach(x) >= 2**31 - 1 for x in ins + outs if x is not None)
-
-    def engine_plan():
-        return LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
-                          compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
-                          wide=wide, init_of=init_of, cpu_fallback=cpu_fallback, lane_pairs=lane_pairs)
-
-    if len(spec) == 4 and not exact:
-        # a fourth entry builds a plan of its own: a prologue kernel first (retrace_from_q's
-        # tables); where that plan fails to compile, the engine's own plan (fused) takes over
-        plan = spec[3](layout, ins, in_strides, outs, out_strides, compute_dtype=compute_dtype,
-                       time_contiguous=time_contiguous, device=device, wide=wide, init_strides=init_strides,
-                       fallback=engine_plan)
-    else:
-        plan = engine_plan()
+    plan = LaunchPlan(spec[:3], layout, ins, in_strides, outs, out_strides, init_strides,
+                      compute_dtype=compute_dtype, time_contiguous=time_contiguous, exact=exact, device=device,
+                      wide=reaches_far(ins + outs), init_of=init_of, cpu_fallback=cpu_fallback, lane_pairs=lane_pairs)
     if signature is not None:
-        if len(_PLANS) >= 4096:
-            _PLANS.clear()
-        _PLANS[_key(signature)] = plan
+        _cache.CACHE.keep(_key(signature), plan)
     return plan
+
+
+def reaches_far(tensors) -> bool:
+    """Whether a kernel must address any of ``tensors`` with 64-bit offsets."""
+    return any(_reach(x) >= 2**31 - 1 for x in tensors if x is not None)

@@ -57,15 +57,13 @@ def probe_device():
 @contextlib.contextmanager
 def fresh_plans():
     """Forget cached launch plans and fast-path entries, so the next call makes its own plan."""
-    from .. import _fast
+    from .. import _cache
     from .._triton import launch
 
-    launch._PLANS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
     with launch.recording_plans() as made:
         yield made
-    launch._PLANS.clear()
-    _fast._CACHE.clear()
+    _cache.clear()
 
 
 def call_plan(case, inputs):

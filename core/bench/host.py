@@ -383,9 +383,9 @@ def _large(p, shape: tuple, repeat: int, sync, fl) -> dict:
 def _loop_versions_run(name: str) -> tuple:
     """``(serial, parallel)``: how many calls of op ``name``'s CPU runners ran each version of
     the loop (each runner times both and runs the faster, ``_cpu._Versions``)."""
-    from .. import _call
+    from .. import _cpu
 
-    runs = [r.versions.runs for r in list(_call._CPU_RUNNERS.values())
+    runs = [r.versions.runs for r in _cpu.cached_runners()
             if r.op.name in (name, name + "_reverse") and r.versions is not None]
     return sum(r[0] for r in runs), sum(r[1] for r in runs)
 

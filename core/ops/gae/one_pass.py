@@ -19,9 +19,10 @@ per tile, chained along the row by a look-back of that many words per round trip
 
 Used on the Triton path for a scalar ``λ`` of at least the table's ``gae_lambda_min``
 (below it ``W/λ`` would cost precision), a layout with one batch group, and no ``exact``;
-otherwise, or if the kernels fail, the op runs its two scans (:func:`rlscan.gae`'s masked
-path). If the row kernel fails, the lanes take over. The three decisions, with their
-reasons and evidence, are in the table's ``policy`` (``rlscan plan gae`` prints them).
+otherwise, or if the kernels fail, the dispatcher runs the op's two scans (this module is
+the Triton plan variant of :func:`rlscan._dispatch.run_masked`). If the row kernel fails,
+the lanes take over. The three decisions, with their reasons and evidence, are in the
+table's ``policy`` (``rlscan plan gae`` prints them).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ... import _cache
 from ..._inputs import Layout, plan_layout
 from ..._spec import tensor_signature
 from ..._triton import policy
@@ -40,7 +42,26 @@ from ..._triton import policy
 ROW_TEST_LOOKBACK = False
 _failed: list = []
 _rows_failed: list = []
-_row_plans: dict = {}
+
+
+def plan(call, tensors: tuple, scalars: tuple, whiten: bool) -> Optional[tuple]:
+    """The masked GAE's Triton plan variant (:class:`rlscan._spec.Masked`): :func:`advantages`
+    on the op's inputs, where ``λ`` is a float; with ``whiten``, the advantages standardised
+    from the sums the scan gathered."""
+    r, v, _, boot, term, mask, gamma_tensor, lmbda_tensor = tensors
+    if lmbda_tensor is not None:
+        return None
+    from ..._triton.whiten import new_sums
+
+    gamma, lmbda, _ = scalars
+    stats = new_sums(call.device) if whiten else None
+    result = advantages(call, r, v, boot, term, mask, gamma, gamma_tensor, lmbda, stats)
+    if result is None or not whiten:
+        return result
+    from ...whiten import apply_whitening
+
+    adv, ret = result
+    return apply_whitening(adv, stats), ret
 
 
 def advantages(call, r, v, boot, term, mask, gamma_value, gamma_tensor, lmbda: float, stats: Optional[torch.Tensor]):
@@ -164,12 +185,11 @@ def _launch_rows(signature, fn, grid, args, constexprs, warps, device_index) -> 
     kernel's launcher directly, as ``LaunchPlan`` does."""
     from ..._triton import launch
 
-    compiled = _row_plans.get(signature)
+    key = ("gae rows",) + signature + launch.settings_key()  # a forced tile compiles another kernel
+    compiled = _cache.CACHE.get(key)
     if compiled is not None:
         launch.direct_launch(compiled, grid, device_index, args)
         return
     compiled = launch.first_launch(fn, grid, args, constexprs, warps)
     if compiled is not None:
-        if len(_row_plans) >= 256:
-            _row_plans.clear()
-        _row_plans[signature] = compiled
+        _cache.CACHE.keep(key, compiled)

@@ -9,7 +9,7 @@ from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._inputs import check_bool
 from ..._library import register_fused
-from ..._spec import Arguments, Bench, Kernel, OpSpec, PublicOp, Ref
+from ..._spec import Arguments, Bench, Kernel, Masked, OpSpec, PublicOp, Ref
 from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
@@ -68,46 +68,26 @@ MASKED = OpSpec(
 register_fused(MASKED, trusted_call)
 
 
+def _check_mask_values(call, mask):
+    _skip.check_mask_values(call, mask)  # looked up at each call, so that a test may replace it
+
+
+FROM_MASK = Masked(
+    op=MASKED, first=_skip.NEXT_KEPT, feeds="next_kept_values", mask="mask",
+    cpu=Ref("rlscan.ops.gae.rows:plan"), triton=Ref("rlscan.ops.gae.one_pass:plan"),
+    check=_check_mask_values, whiten=Ref("rlscan.whiten:masked_whiten"),
+)
+
+
 def _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact, out):
-    """The masked GAE: one pass where it applies (``one_pass`` on the Triton path, ``rows``
-    over rows contiguous in time on the CPU), else the next kept values and then GAE, two
-    scans; the whitening after."""
-    from ...whiten import apply_whitening, masked_whiten
-
-    tensors = (call.anchor, values, bootstrap_value, terminated, g.tensor)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    on_rows = (out is None and g.tensor is None and lam.tensor is None and not needs_grad
-               and not torch.compiler.is_compiling() and call.path() == "cpu" and 0 not in call.shape)
-    # the CPU row loop checks the mask's values as it reads them
-    mask = _skip.check_mask(call, "gae", mask, next_values, truncated, values=not on_rows)
-    if on_rows:
-        from . import rows
-
-        result = rows.advantages(call, values, bootstrap_value, terminated, mask, g.value, lam.value, whiten)
-        if result is not None:
-            return GAEOutput(*call.finish(result))
-        _skip.check_mask_values(call, mask)
-    if (not exact and out is None and lam.tensor is None and not needs_grad and not torch.compiler.is_compiling()
-            and call.path() == "triton" and 0 not in call.shape):
-        from ..._triton.whiten import new_sums
-        from . import one_pass
-
-        stats = new_sums(call.device) if whiten else None
-        result = one_pass.advantages(call, call.anchor, values, bootstrap_value, terminated, mask, g.value, g.tensor,
-                                     lam.value, stats)
-        if result is not None:
-            adv, ret = result
-            if whiten:
-                adv = apply_whitening(adv, stats)
-            return GAEOutput(*call.finish((adv, ret)))
-    result = _skip.run_on_next_kept_values(call, MASKED, values, bootstrap_value, terminated, mask, g, lam, exact, out)
-    if whiten:
-        adv = masked_whiten(result[0], mask)
-        if out is not None:
-            result[0][...] = adv  # the given output, a tensor or an array (numpy in, numpy out)
-            adv = result[0]
-        result = (adv, result[1])
-    return GAEOutput(*result)
+    """The masked GAE: the dispatcher runs one pass where a plan variant applies (``one_pass``
+    on the Triton path, ``rows`` over rows contiguous in time on the CPU), else the next kept
+    values and then GAE, two scans; the whitening after."""
+    # the 0/1 check of the mask's values is the dispatcher's: a CPU row loop counts them as it reads
+    mask = _skip.check_mask(call, "gae", mask, next_values, truncated, values=False)
+    tensors = (call.anchor, values, None, bootstrap_value, terminated, mask, g.tensor, lam.tensor)
+    return GAEOutput(*call.run(FROM_MASK, tensors, (g.value, lam.value, g.value * lam.value), exact=exact, out=out,
+                               whiten=whiten))
 
 
 @fast_path

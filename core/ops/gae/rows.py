@@ -21,6 +21,16 @@ from ... import _cpu_rows
 from .. import _skip
 
 
+def plan(call, tensors: tuple, scalars: tuple, whiten: bool) -> Optional[tuple]:
+    """The masked GAE's CPU plan variant (:class:`rlscan._spec.Masked`): :func:`advantages` on
+    the op's inputs, where ``γ`` and ``λ`` are floats."""
+    _, values, _, boot, term, mask, gamma_tensor, lmbda_tensor = tensors
+    if gamma_tensor is not None or lmbda_tensor is not None:
+        return None
+    gamma, lmbda, _ = scalars
+    return advantages(call, values, boot, term, mask, gamma, lmbda, whiten)
+
+
 def advantages(call, values, boot, term, mask, gamma: float, lmbda: float, whiten: bool) -> Optional[tuple]:
     """``(advantages, returns)``, or ``None`` where this path does not apply. Raises
     ``ValueError`` where ``mask`` holds values other than 0 and 1 (the loop counts them)."""

@@ -3,9 +3,11 @@ memory order, and writes the per-step series of :func:`rlscan.retrace`::
 
     q_t = Q[t, a_t],   E_t = Σ_a π[t, a] Q[t, a],   log ρ_t = log π[t, a_t] − log μ_t
 
-then the plain Retrace scan runs on them: the tables are read once, in memory order, where
+then the plain Retrace scan runs on them: the tables are read in memory order once, where
 reducing them inside the scan's tiles reads them in the scan's order (docs/benchmarks.md
-has the comparison); the exact path keeps the fused kernel.
+has the comparison). The exact path keeps the fused kernel. The dispatcher runs this plan
+as a variant of the op's launch plan (``rlscan._dispatch``), the fused kernel's plan as its
+fallback.
 
 A program of the prologue reads the settings table's ``retrace_table_elements`` positions
 times actions, its actions ``retrace_max_block_a`` at a time (the table's ``policy``, with
