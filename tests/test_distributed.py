@@ -2,8 +2,9 @@
 localhost, each test bounded in time.
 
 Every rank holds a shard of one batch (shards of different lengths; one rank's mask keeps
-nothing). :func:`rlscan.masked_whiten` with ``group=`` must give each rank its shard of
-the concatenated batch's whitening (float64 rounding), through exactly one collective, an
+nothing). :func:`rlscan.masked_whiten` and ``rlscan.gae(..., whiten=True)`` with
+``group=`` must give each rank its shard of the concatenated batch's result (float64
+rounding for the whitening alone), through exactly one collective, an
 all-reduce of three float64 scalars, which each rank counts by wrapping
 ``torch.distributed``'s collectives. A batch with fewer than two kept positions in all
 raises on every rank alike, and no rank is left waiting.
@@ -86,7 +87,25 @@ def _case(rank: int, world: int, case: str) -> None:
     from rlscan import masked_whiten
 
     log: list = []
-    if case == "too_few":
+    if case == "gae":
+        import rlscan
+
+        shards = _shards(world, torch.float32, empty_rank=world - 1)
+        values = [torch.randn(x.shape, generator=torch.Generator().manual_seed(r)) for r, (x, _) in enumerate(shards)]
+        x, m = shards[rank]
+        originals = _counting(dist, log)
+        try:
+            adv, ret = rlscan.gae(x, values[rank], mask=m, whiten=True, group=dist.group.WORLD, gamma=0.99, lmbda=0.95,
+                                  time_dim=-1)
+        finally:
+            for name, fn in originals.items():
+                setattr(dist, name, fn)
+        whole = rlscan.gae(torch.cat([s[0] for s in shards]), torch.cat(values), mask=torch.cat([s[1] for s in shards]),
+                           whiten=True, gamma=0.99, lmbda=0.95, time_dim=-1)
+        start = sum(s[0].shape[0] for s in shards[:rank])
+        for got, want in zip((adv, ret), whole):
+            torch.testing.assert_close(got, want[start:start + x.shape[0]], rtol=1e-5, atol=1e-5)
+    elif case == "too_few":
         shards = _shards(world, torch.float32, empty_rank=-1, kept=0.0)
         shards[0][1][0, 0] = True  # one kept position in all
         x, m = shards[rank]
@@ -134,7 +153,7 @@ def _run(world: int, cases: tuple, tmp_path) -> None:
         assert text == "ok", f"rank {rank} of {world}:\n{text}"
 
 
-@pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few")), (4, ("bfloat16", "float64"))])
+@pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few", "gae")), (4, ("bfloat16", "float64", "gae"))])
 def test_masked_whiten_across_ranks_is_the_whole_batchs(world, cases, tmp_path):
     _run(world, cases, tmp_path)
 
@@ -144,3 +163,5 @@ def test_group_outside_torch_distributed_is_refused_by_name():
 
     with pytest.raises(ValueError, match="group: torch.distributed is not initialised"):
         rlscan.masked_whiten(torch.randn(4), torch.ones(4), group=object())
+    with pytest.raises(ValueError, match="group= is the process group of the whitening"):
+        rlscan.gae(torch.randn(4, 2), torch.randn(4, 2), mask=torch.ones(4, 2), group=object())

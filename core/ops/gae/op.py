@@ -101,6 +101,7 @@ def gae(
     truncated=None,
     mask=None,
     whiten=False,
+    group=None,
     gamma=0.99,
     lmbda=0.95,
     time_dim=0,
@@ -135,6 +136,11 @@ def gae(
         whiten: standardise the advantages with the mean and variance of the kept
             steps (:func:`rlscan.masked_whiten`; with ``mask`` only). On the Triton
             path the sums are gathered during the scan, leaving one more pass.
+        group: with ``whiten``, a ``torch.distributed`` process group whose ranks each
+            hold a shard of the batch (data- or context-parallel): the advantages are
+            whitened with the statistics of every rank's kept steps
+            (``masked_whiten(..., group=group)``, one all-reduce of three scalars, after
+            the scan). Every rank of the group must call.
         gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
         time_dim: the time axis.
         exact: evaluate one step at a time in the loop's order (bit for bit the
@@ -154,6 +160,18 @@ def gae(
     lam = call.coef("lmbda", lmbda)
     whiten = check_bool("whiten", whiten)
     exact = check_bool("exact", exact)  # the row loops answer before call.run would check it
+    if group is not None:
+        if not whiten or mask is None:
+            raise ValueError("gae: group= is the process group of the whitening: it needs whiten=True and mask=")
+        from ...whiten import masked_whiten
+
+        adv, ret = _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, False,
+                           exact, out)
+        whitened = masked_whiten(adv, mask, group=group)
+        if out is None:
+            return GAEOutput(whitened, ret)
+        adv[...] = whitened  # the given output, a tensor or an array (numpy in, numpy out)
+        return GAEOutput(adv, ret)
     if mask is not None:
         return _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, exact,
                        out)
