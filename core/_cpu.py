@@ -8,8 +8,8 @@ Each loop sees ``[T, Bh, Bl]`` numpy views of its inputs (see ``_inputs``), made
 without copies (but for inputs broadcast along environments, see ``_view_function``), and
 its innermost loop runs along ``Bl``, the environment axis, so the compiler turns it into
 SIMD instructions; rows of 1–8 environments run a version compiled for their width
-(``FIXED_WIDTHS``), and rows contiguous in time, far apart, are walked one environment at a
-time (``_steps_in_rows``). A loop that runs forward in time carries its
+(``FIXED_WIDTHS``), and rows contiguous in time, far apart, are walked along time, a few
+rows side by side (``_steps_in_rows``, ``ROWS_TOGETHER``). A loop that runs forward in time carries its
 state ``A_{t-1}`` in a ``[Bh, Bl]`` array of its own: reading it back from the output row
 written one step before waits on the store it just issued, wherever rows hold more than a
 few environments. Loops backward in time read ``A_{t+1}`` back from the output, which costs
@@ -453,17 +453,28 @@ def _in_blocks(geometry: tuple, blocks: int) -> tuple:
 #: environments apart in memory by at least this many bytes, together, make a step that
 #: crosses them too far for the cache (see _steps_in_rows)
 ROWS_MIN_BYTES = 2 << 20
-#: fewer environments than this are never walked one row at a time (see _steps_in_rows)
+#: fewer environments than this are never walked along their rows (see _steps_in_rows)
 ROWS_MIN_ENVIRONMENTS = 32
 #: rows closer than this many bytes are never walked one at a time (see _steps_in_rows)
 ROW_MIN_BYTES = 2048
 #: rows a whole number of these many bytes apart fall in the same cache sets (see _steps_in_rows)
 PAGE_BYTES = 4096
+#: rows one thread walks side by side where steps run along rows (see _steps_in_rows): a row's
+#: steps form one chain, each step waiting on the one before (a load, a multiply-add), and
+#: the chains of other rows fill that wait; with more rows, their streams crowd the cache sets
+ROWS_TOGETHER = 4
+
+
+def _row_blocks(B: int) -> int:
+    """How many blocks of rows walked side by side (:data:`ROWS_TOGETHER`, or the most of
+    2 and 1 that divides ``B``) a grid of ``B`` rows contiguous in time takes."""
+    together = next(k for k in (ROWS_TOGETHER, 2, 1) if B % k == 0)
+    return B // together
 
 
 def _steps_in_rows(layout, tensors, kinds) -> bool:
-    """Whether the loop should walk one environment's row at a time (each environment a block
-    of its own, :func:`_in_blocks`): where the first series' steps are next to each other in
+    """Whether the loop should walk along environments' rows (blocks of :func:`_row_blocks`
+    rows, :func:`_in_blocks`) rather than step across all environments: where the first series' steps are next to each other in
     memory (``[N, T]``, TorchRL's ``[B, T, 1]``) in a one-group grid, with
     ``ROWS_MIN_ENVIRONMENTS`` environments or more, rows ``ROW_MIN_BYTES`` or more apart, and
     rows whole pages apart (every row then falls in the same cache sets) or spanning
@@ -562,7 +573,7 @@ class CpuRunner:
 
     def _plan(self, tensors) -> None:
         layout = self.layout
-        self.serial_blocks = layout.B if _steps_in_rows(layout, tensors, self.op.kinds) else 1
+        self.serial_blocks = _row_blocks(layout.B) if _steps_in_rows(layout, tensors, self.op.kinds) else 1
         if layout.T * layout.B >= PARALLEL_MIN_ELEMENTS and cpu_threads() > 1:
             blocks = self.serial_blocks if self.serial_blocks > 1 else _blocks(layout, cpu_threads())
             self.parallel_blocks = None if blocks == 1 else blocks

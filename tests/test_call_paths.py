@@ -275,11 +275,18 @@ def _across(runners) -> bool:
 
 
 def _rows(runners) -> bool:
-    return all(r.serial_blocks == r.layout.B > 1 for r in runners)
+    return all(r.serial_blocks == _cpu._row_blocks(r.layout.B) > 1 for r in runners)
+
+
+def _rows_of(together: int):
+    def took(runners) -> bool:
+        return all(r.serial_blocks == r.layout.B // together for r in runners)
+
+    return took
 
 
 def _rows_both_versions(runners) -> bool:
-    return _rows(runners) and all(r.parallel_blocks == r.layout.B for r in runners) and _both_versions(runners)
+    return _rows(runners) and all(r.parallel_blocks == r.serial_blocks for r in runners) and _both_versions(runners)
 
 
 def _huge(runners) -> bool:
@@ -359,7 +366,7 @@ def _shapes(n: int, T: int = 4) -> tuple:
 # knobs of the CPU path's parallel version at small sizes: blocks of 12 environments
 _PARALLEL = {"_cpu.PARALLEL_MIN_ELEMENTS": 256, "_cpu._MIN_BLOCK": 12}
 # knobs that walk small [N, T] grids row by row
-_ROWS = {"_cpu.ROWS_MIN_ENVIRONMENTS": 4, "_cpu.ROW_MIN_BYTES": 64, "_cpu.PAGE_BYTES": 128, "_cpu.ROWS_MIN_BYTES": 1024}
+_ROWS = {"_cpu.ROWS_MIN_ENVIRONMENTS": 8, "_cpu.ROW_MIN_BYTES": 64, "_cpu.PAGE_BYTES": 128, "_cpu.ROWS_MIN_BYTES": 2048}
 
 #: Every threshold of the CPU path and of the replay cache, by module constant: its knobs (the
 #: constants lowered so that small calls reach both sides) and its sides. One constant can stand
@@ -379,20 +386,25 @@ THRESHOLDS = {
         Side("at", "TN", ((24, 11),), ((1024, 1024),), _huge),
     )),
     "_cpu.ROWS_MIN_ENVIRONMENTS": (_ROWS, (
-        Side("below", "NT", ((3, 32),), ((31, 1024),), _across),
-        Side("at", "NT", ((4, 32),), ((32, 1024),), _rows),
+        Side("below", "NT", ((7, 32),), ((31, 1024),), _across),
+        Side("at", "NT", ((8, 32),), ((32, 1024),), _rows),
     )),
     "_cpu.ROW_MIN_BYTES": (_ROWS, (
-        Side("below", "NT", ((16, 15),), ((1024, 511),), _across),
-        Side("at", "NT", ((16, 16),), ((1024, 512),), _rows),
+        Side("below", "NT", ((32, 15),), ((1024, 511),), _across),
+        Side("at", "NT", ((32, 16),), ((1024, 512),), _rows),
     )),
     "_cpu.PAGE_BYTES": (_ROWS, (
-        Side("off a page", "NT", ((4, 33),), ((32, 1025),), _across),
-        Side("on a page", "NT", ((4, 32),), ((32, 1024),), _rows),
+        Side("off a page", "NT", ((8, 33),), ((32, 1025),), _across),
+        Side("on a page", "NT", ((8, 32),), ((32, 1024),), _rows),
+    )),
+    "_cpu.ROWS_TOGETHER": (_ROWS, (
+        Side("4 rows a block", "NT", ((8, 32),), ((32, 1024),), _rows_of(4)),
+        Side("2 rows a block", "NT", ((10, 32),), ((34, 1024),), _rows_of(2)),
+        Side("1 row a block", "NT", ((9, 32),), ((33, 1024),), _rows_of(1)),
     )),
     "_cpu.ROWS_MIN_BYTES": (_ROWS, (
-        Side("below", "NT", ((12, 20),), ((873, 600),), _across),
-        Side("at", "NT", ((13, 20),), ((874, 600),), _rows),
+        Side("below", "NT", ((25, 20),), ((873, 600),), _across),
+        Side("at", "NT", ((26, 20),), ((874, 600),), _rows),
     )),
     "_cpu.FIXED_WIDTHS": ({}, (
         Side("fixed", "TN", ((8, 10),), ((8, 10),), _fixed_width),

@@ -274,17 +274,19 @@ def test_the_parallel_version_runs_in_parallel_after_the_serial_one_was_cached()
 
 @pytest.mark.parametrize("op", ["gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "eligibility_traces",
                                 "episodic_cumsum", "linear_scan"])
-def test_rows_walked_one_at_a_time_give_the_same_bits(op, monkeypatch):
+@pytest.mark.parametrize("B", [40, 42])
+def test_rows_walked_side_by_side_give_the_same_bits(op, B, monkeypatch):
     """Steps next to each other in memory (``time_dim=1``) with rows far enough apart are walked
-    one row at a time (``_steps_in_rows``): each environment's steps still run in order."""
-    problem = make_problem(op, (40, 33), time_dim=1, seed=6, terminated="random")
+    along the rows, a few side by side (``_steps_in_rows``, ``_row_blocks``: 4 rows a block for
+    40 rows, 2 for 42): each environment's steps still run in order."""
+    problem = make_problem(op, (B, 33), time_dim=1, seed=6, terminated="random")
     _cache.clear()
     across = _run_on_cpu(problem)
     assert all(r.serial_blocks == 1 for r in _cpu.cached_runners())
     monkeypatch.setattr(_cpu, "_steps_in_rows", lambda layout, tensors, kinds: not layout.two_level)
     _cache.clear()
     rows = _run_on_cpu(problem)
-    assert any(r.serial_blocks == 40 for r in _cpu.cached_runners())
+    assert any(r.serial_blocks == {40: 10, 42: 21}[B] for r in _cpu.cached_runners())
     assert all(bitwise_equal(a, b) for a, b in zip(across, rows))
     _cache.clear()
 
@@ -298,6 +300,7 @@ def test_which_grids_are_walked_row_by_row():
     assert rows((4096, 2048), 1) and rows((32, 8192), 1) and rows((1000, 1000), 1) and rows((64, 2048, 1), 1)
     assert not rows((2048, 4096), 0)  # [T, N]: a step is one run of memory
     assert not rows((4096, 128), 1) and not rows((512, 512), 1) and not rows((256, 1000), 1)  # in cache
+    assert [_cpu._row_blocks(B) for B in (64, 66, 65)] == [16, 33, 65]
     assert not rows((16, 8192), 1)  # too few environments to matter
 
 

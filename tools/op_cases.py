@@ -55,7 +55,7 @@ class Case(NamedTuple):
     kwargs: dict
 
     def __call__(self, **options):
-        return self.fn(*self.args, **self.kwargs, **options)
+        return self.fn(*self.args, **{**self.kwargs, **options})
 
     def differentiable(self) -> list:
         """The floating tensors among the arguments (what a backward differentiates)."""
