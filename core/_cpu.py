@@ -9,11 +9,11 @@ without copies (but for inputs broadcast along environments, see ``_view_functio
 its innermost loop runs along ``Bl``, the environment axis, so the compiler turns it into
 SIMD instructions; rows of 1–8 environments run a version compiled for their width
 (``FIXED_WIDTHS``), and rows contiguous in time, far apart, are walked along time, a few
-rows side by side (``_steps_in_rows``, ``ROWS_TOGETHER``). A loop that runs forward in time carries its
-state ``A_{t-1}`` in a ``[Bh, Bl]`` array of its own: reading it back from the output row
+rows side by side (``_steps_in_rows``, ``ROWS_TOGETHER``). A loop that runs forward in
+time carries its state ``A_{t-1}`` in a ``[Bh, Bl]`` array of its own: reading it back from the output row
 written one step before waits on the store it just issued, wherever rows hold more than a
 few environments. Loops backward in time read ``A_{t+1}`` back from the output, which costs
-no more than a carried array (docs/benchmarks.md, "The CPU path's choices"). Absent inputs arrive as ``None``, so numba
+no more than a carried array (docs/cpu.md). Absent inputs arrive as ``None``, so numba
 compiles a version per combination with the dead branches pruned. float16 and bfloat16
 inputs (which numba cannot read) are converted to float32 first.
 
@@ -66,8 +66,7 @@ _parallel_now = False
 #: Rows of these many environments (``Bl``) run a version of each loop compiled for that
 #: width, whose loop over environments LLVM unrolls: it vectorises the loop over environments
 #: only in whole passes of 64 (16 lanes, 4 at a time), so narrower rows would run one element
-#: at a time; from 16 environments the generic version vectorises as well (docs/benchmarks.md,
-#: "The CPU path's choices").
+#: at a time; from 16 environments the generic version vectorises as well (docs/cpu.md).
 FIXED_WIDTHS = (1, 2, 4, 8)
 
 
@@ -424,8 +423,7 @@ def _view_function(x, geometry: tuple, kind: str, compute_dtype: torch.dtype):
     if len(shape) == 3 and shape[2] > 1 and strides[2] == 0:
         # broadcast along environments (the gradient of out.sum() or out.mean(), a flag per
         # step): numba compiles a loop that vectorises over environments only for arrays in
-        # C order, and the backward loops ran 2-4 times slower on such a gradient than on a
-        # C-ordered copy of it, the copy included
+        # C order, so a C-ordered copy costs less than the loop saves (docs/benchmarks.md)
         return (lambda y: np.ascontiguousarray(strided(y))), False
     return strided, True
 
@@ -474,14 +472,14 @@ def _row_blocks(B: int) -> int:
 
 def _steps_in_rows(layout, tensors, kinds) -> bool:
     """Whether the loop should walk along environments' rows (blocks of :func:`_row_blocks`
-    rows, :func:`_in_blocks`) rather than step across all environments: where the first series' steps are next to each other in
-    memory (``[N, T]``, TorchRL's ``[B, T, 1]``) in a one-group grid, with
-    ``ROWS_MIN_ENVIRONMENTS`` environments or more, rows ``ROW_MIN_BYTES`` or more apart, and
-    rows whole pages apart (every row then falls in the same cache sets) or spanning
-    ``ROWS_MIN_BYTES`` together: there a step across environments touches a new cache line
+    rows, :func:`_in_blocks`) rather than step across all environments: where the first
+    series' steps are next to each other in memory (``[N, T]``, TorchRL's ``[B, T, 1]``) in
+    a one-group grid, with ``ROWS_MIN_ENVIRONMENTS`` environments or more, rows
+    ``ROW_MIN_BYTES`` or more apart, and rows whole pages apart (every row then falls in the
+    same cache sets) or spanning ``ROWS_MIN_BYTES`` together: there a step across environments touches a new cache line
     per environment, and the lines of the next step are evicted before they are read.
     Elsewhere a step across environments stays in cache, and vectorises (the measured
-    boundary is in docs/benchmarks.md, "The CPU path's choices")."""
+    boundary is in docs/cpu.md)."""
     if layout.two_level or layout.B < ROWS_MIN_ENVIRONMENTS:
         return False
     first = next((t for t, k in zip(tensors, kinds) if t is not None and k == "series"), None)

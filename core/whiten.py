@@ -8,7 +8,9 @@ The statistics are those of the kept positions (``mask = 1``) of the whole tenso
 and the formula is applied at *every* position, kept or not (verl's ``masked_whiten``).
 With ``group=``, the sums are those of every rank's kept positions: each rank adds its
 ``(n, Σ m·x, Σ m·x²)`` in float64, one all-reduce makes them the batch's, and
-``σ² = (Σ m·x² − n μ²) / (n − 1)``. On the Triton path this is three kernels: one pass that reduces blocks of the tensor to
+``σ² = (Σ m·x² − n μ²) / (n − 1)``.
+
+On the Triton path this is three kernels: one pass that reduces blocks of the tensor to
 their count, mean and centred sum of squares, one program that merges them in float64
 (Chan et al.'s formula), and one pass that writes the result; the statistics stay on
 the device.

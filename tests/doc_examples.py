@@ -29,7 +29,7 @@ FRAMEWORKS = {
     "stable_baselines3": "stable_baselines3", "adapters.sb3": "stable_baselines3",
     "ray.rllib": "ray", "adapters import rllib": "ray",
     "torchrl": "torchrl", "tensordict": "tensordict", "rsl_rl": "rsl_rl",
-    "verl.patch(": "verl", "gym.": "gymnasium",
+    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf",
 }
 #: pages whose inputs are made with a framework
 PAGE_FRAMEWORKS = {"sb3.md": ("stable_baselines3", "gymnasium"), "torchrl.md": ("torchrl",), "rsl_rl.md": ("rsl_rl",),
@@ -183,6 +183,21 @@ def _verl(ns: dict) -> None:
               config=SimpleNamespace(gamma=1.0), index=np.array(["uid-0", "uid-0", "uid-1"], dtype=object))
 
 
+def _openrlhf(ns: dict) -> None:
+    """OpenRLHF's experience maker imported first, through the tool that stands empty modules in
+    for its CUDA-only imports (flash-attn, DeepSpeed, vLLM), so that ``patch()`` finds it."""
+    import sys
+
+    if importlib.util.find_spec("openrlhf") is None:
+        return
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from openrlhf_timing import experience_maker
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    experience_maker()
+
+
 def _readme(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     ns.update(rewards=_randn(T, N, gen=gen), values=_randn(T, N, gen=gen), next_values=_randn(T, N, gen=gen),
@@ -193,7 +208,7 @@ def _readme(ns: dict) -> None:
 #: page -> (its inputs, what a block of it needs first)
 PAGES = {"README.md": (_readme, None), "cleanrl.md": (_cleanrl, _cleanrl_block), "sb3.md": (_sb3, _sb3_block),
          "torchrl.md": (_torchrl, None), "rsl_rl.md": (_rsl_rl, None), "rllib.md": (_rllib, None),
-         "verl.md": (_verl, None)}
+         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None)}
 
 
 def inputs(page: str) -> dict:
@@ -240,6 +255,10 @@ def restored(page: str, ns: dict):
             from rlscan.adapters import verl
 
             verl.unpatch()
+        if page == "openrlhf.md":
+            from rlscan.adapters import openrlhf
+
+            openrlhf.unpatch()
 
 
 # ----------------------------------------------------------------------------- commands
