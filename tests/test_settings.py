@@ -449,7 +449,7 @@ def test_tune_re_measures_a_policy_choice_and_keeps_its_reason(no_user_tables, m
     seen = []  # the value each rlscan call ran under (the reference's calls run under none)
     masked = module.MASKED_GAE
     monkeypatch.setitem(module.PROBES, "gae_row_min_t", masked._replace(
-        call=lambda m, d, **kw: seen.append(policy.FORCED.get("gae_row_min_t")) or masked.call(m, d, **kw)))
+        run=lambda m, d, **kw: seen.append(policy.FORCED.get("gae_row_min_t")) or masked.call(m, d, **kw)))
     raw = minimal_table()
     raw["policy"] = {"gae_row_min_t": dict(settings.shipped().raw["policy"]["gae_row_min_t"], value=64,
                                            candidates=[2, 64], shapes=[{"N": 2, "T": 8, "layout": "nt"}])}

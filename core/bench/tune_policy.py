@@ -15,20 +15,35 @@ import copy
 import math
 import time
 import warnings
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
 from .._triton import policy, settings
-from .cases import CASES, GAE, Case, make_inputs, outputs_of
+from .cases import CASES, make_inputs, outputs_of
 from .check import TOLERANCE, relative_error, truth
 
 ACTIONS = 4  # retrace_from_q's probe: actions per step
 
 
+class Probe(NamedTuple):
+    """A call a decision decides that the bench's cases do not make (a mask, action tables):
+    the inputs :func:`rlscan.bench.cases.make_inputs` draws (``series``, ``flags``, ``batch``)
+    and ``run(module, inputs, **extra)``."""
+
+    name: str
+    series: tuple
+    flags: tuple
+    batch: tuple
+    run: Callable
+
+    def call(self, module, d: dict, **kw):
+        return self.run(module, d, **kw)
+
+
 def _masked_gae(m, d, **kw):
     return m.gae(d["rewards"], d["values"], bootstrap_value=d["bootstrap_value"], terminated=d["terminated"],
-                 mask=d["mask"], **GAE.params, **kw)
+                 mask=d["mask"], **CASES["gae"].params, **kw)
 
 
 def _retrace_from_q(m, d, **kw):
@@ -37,13 +52,12 @@ def _retrace_from_q(m, d, **kw):
                             c_clip=1.0, **kw)
 
 
-MASKED_GAE = Case("gae with a mask", ("rewards", "values"), ("terminated", "mask"), ("bootstrap_value",), {},
-                  _masked_gae)
-RETRACE_FROM_Q = Case("retrace_from_q", ("rewards", "behaviour_log_probs"), ("terminated",), ("bootstrap_value",), {},
-                      _retrace_from_q)
+MASKED_GAE = Probe("gae with a mask", ("rewards", "values"), ("terminated", "mask"), ("bootstrap_value",), _masked_gae)
+RETRACE_FROM_Q = Probe("retrace_from_q", ("rewards", "behaviour_log_probs"), ("terminated",), ("bootstrap_value",),
+                       _retrace_from_q)
 
 
-def _inputs(case: Case, T: int, N: int, layout: str, device) -> dict:
+def _inputs(case, T: int, N: int, layout: str, device) -> dict:
     """The probe's inputs at ``[T, N]`` in ``layout``, float32: the bench's, with a mask that
     keeps most steps, or action tables of ``ACTIONS`` actions."""
     inputs = make_inputs(case, T, N, torch.float32, layout, device)
