@@ -241,13 +241,19 @@ def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_ma
 
 def _scores(rewards, mask, index):
     """``(s, groups)``: each response's score, summed as verl sums it, and the groups of ``index``."""
-    _check_tokens(rewards, mask)
+    _outcome_tokens(rewards, mask)
     if rewards.dim() != 2:
         raise ValueError(f"token_level_rewards must be (bs, response_length), got shape {tuple(rewards.shape)}")
     if index is None:
         raise ValueError("index (each response's group: the prompt's uid) is required by the outcome estimators")
     scores = rewards.sum(dim=-1)
     return scores, _verl_groups.groups(index, len(scores), scores.device)
+
+
+def _outcome_tokens(rewards, mask) -> None:
+    """An outcome estimator's arguments: the mask's 0/1 values are checked where the advantages
+    are written over it (:func:`_broadcast`), which reads it anyway."""
+    _check_tokens(rewards, mask, mask_values=False)
 
 
 def _mean_and_std(groups, scores, std: bool = True):
@@ -268,12 +274,20 @@ def _kept_per_row(mask) -> torch.Tensor:
 
 
 def _broadcast(scalars: torch.Tensor, mask: torch.Tensor):
-    """``a_i · m_{i,t}`` in the product's dtype, as both results (verl returns one tensor twice):
-    on the CPU one row loop writes it, because torch's product fills its fresh output far
-    below the copy rate (page faults); elsewhere torch's product."""
-    out = _cpu_rows.broadcast(scalars, mask)
-    if out is None:
+    """``a_i · m_{i,t}`` in the product's dtype, as both results (verl returns one tensor twice),
+    after the check that a CPU mask holds only 0 and 1: on the CPU one row loop writes it and
+    counts the mask's other values as it reads them, because torch's product fills its fresh
+    output far below the copy rate (page faults); elsewhere torch's product."""
+    written = _cpu_rows.broadcast(scalars, mask)
+    if written is None:
+        if mask.device.type == "cpu" and mask.dtype != torch.bool and mask.numel() and not bool(
+                ((mask == 0) | (mask == 1)).all()):
+            _skip.raise_mask_values("response_mask")
         out = scalars.unsqueeze(-1) * mask
+    else:
+        out, bad = written
+        if bad and mask.dtype != torch.bool:
+            _skip.raise_mask_values("response_mask")
     return out, out
 
 

@@ -175,20 +175,27 @@ def whiten(x: np.ndarray, sums: np.ndarray, one, mask=None, out=None) -> None:
 
 
 @njit
-def broadcast_rows_loop(x, mask, out):
+def broadcast_rows_loop(x, mask, out, bad):
     """``out[b, t] = x[b] · mask[b, t]``: one value per row over its tokens (the product's
-    bits: ``x`` times 0 or 1, the sign of a zero included)."""
+    bits: ``x`` times 0 or 1, the sign of a zero included); ``bad[b]`` counts the row's mask
+    values other than 0 and 1, read on the way."""
     B, T = out.shape
     for b in prange(B):
         xb = x[b]
+        e = 0
         for t in range(T):
-            out[b, t] = xb * mask[b, t]
+            k = mask[b, t]
+            if k != 0 and k != 1:
+                e += 1
+            out[b, t] = xb * k
+        bad[b] = e
 
 
 def broadcast(x: torch.Tensor, mask: torch.Tensor):
-    """``x.unsqueeze(-1) * mask`` (``x``: ``[B]``, ``mask``: ``[B, T]``) in torch's product
-    dtype, written once into a fresh tensor; ``None`` where the row loop does not read the
-    inputs in place (torch's product then runs)."""
+    """``(x.unsqueeze(-1) * mask, bad)`` (``x``: ``[B]``, ``mask``: ``[B, T]``) in torch's
+    product dtype, written once into a fresh tensor, with the count of the mask's values other
+    than 0 and 1 (one pass reads the mask for both); ``None`` where the row loop does not read
+    the inputs in place (torch's product then runs)."""
     dtype = torch.promote_types(x.dtype, mask.dtype)
     if (x.device.type != "cpu" or mask.dim() != 2 or x.shape != mask.shape[:1] or dtype not in
             (torch.float32, torch.float64) or x.dtype not in (torch.float32, torch.float64)
@@ -196,6 +203,7 @@ def broadcast(x: torch.Tensor, mask: torch.Tensor):
         return None
     out = new_rows(mask, dtype)
     a_x, a_m, a_out = x.detach().numpy(), array(mask), out.numpy()
+    bad = np.zeros(a_out.shape[0], dtype=np.int64)
     run(broadcast_rows_loop, ("broadcast", signature(a_m, a_out), a_x.dtype.str), (a_out.shape[0], a_out.size), a_x,
-        a_m, a_out)
-    return out
+        a_m, a_out, bad)
+    return out, int(bad.sum())

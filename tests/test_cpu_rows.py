@@ -142,7 +142,10 @@ def test_broadcast_is_torchs_product_bit_for_bit(version, x_dtype, mask_dtype):
     _, _, m = responses(9, 33, seed=4, mask_dtype=mask_dtype)
     x = torch.randn(9, dtype=x_dtype, generator=torch.Generator().manual_seed(0))
     x[0] = float("inf")
-    got = _cpu_rows.broadcast(x, m)
+    got, bad = _cpu_rows.broadcast(x, m)
     want = x.unsqueeze(-1) * m
-    assert got.dtype == want.dtype and bitwise_equal(got, want)
+    assert got.dtype == want.dtype and bitwise_equal(got, want) and bad == 0
     assert _cpu_rows.broadcast(x, m.t().contiguous().t()) is None  # rows not contiguous: torch's product
+    if mask_dtype != torch.bool:
+        m[2, 5], m[7, 0] = 2, 3
+        assert _cpu_rows.broadcast(x, m)[1] == 2  # the mask's values other than 0 and 1, counted

@@ -331,6 +331,21 @@ def test_group_estimator_errors():
         verl.compute_reinforce_plus_plus_baseline_outcome_advantage(r, torch.zeros_like(m), np.arange(len(r)))
 
 
+@pytest.mark.parametrize("name", ["grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_plus_baseline"])
+@pytest.mark.parametrize("rows", ["row loop", "strided"])
+def test_group_estimators_refuse_a_mask_of_other_values(name, rows):
+    """The mask's values are checked where the advantages are written over it: by the row
+    loop as it reads the mask, or beside torch's product where the rows are not contiguous."""
+    r, m = outcome_batch(7, torch.int64)
+    m = m.clone()
+    m[3, 5] = 2
+    if rows == "strided":
+        r, m = r.t().contiguous().t(), m.t().contiguous().t()
+    fn = getattr(verl, f"compute_{name}_outcome_advantage")
+    with pytest.raises(ValueError, match="response_mask must hold only 0 and 1"):
+        fn(r, m, groups_of(len(r), 7, sizes=(2, 3)), config={"norm_adv_by_std_in_grpo": True})
+
+
 # ----------------------------------------------------------------------------- inputs
 
 
