@@ -241,19 +241,14 @@ def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_ma
 
 def _scores(rewards, mask, index):
     """``(s, groups)``: each response's score, summed as verl sums it, and the groups of ``index``."""
-    _outcome_tokens(rewards, mask)
+    # the mask's 0/1 values are checked where the advantages are written over it (_broadcast)
+    _check_tokens(rewards, mask, mask_values=False)
     if rewards.dim() != 2:
         raise ValueError(f"token_level_rewards must be (bs, response_length), got shape {tuple(rewards.shape)}")
     if index is None:
         raise ValueError("index (each response's group: the prompt's uid) is required by the outcome estimators")
     scores = rewards.sum(dim=-1)
     return scores, _verl_groups.groups(index, len(scores), scores.device)
-
-
-def _outcome_tokens(rewards, mask) -> None:
-    """An outcome estimator's arguments: the mask's 0/1 values are checked where the advantages
-    are written over it (:func:`_broadcast`), which reads it anyway."""
-    _check_tokens(rewards, mask, mask_values=False)
 
 
 def _mean_and_std(groups, scores, std: bool = True):
@@ -280,9 +275,8 @@ def _broadcast(scalars: torch.Tensor, mask: torch.Tensor):
     output far below the copy rate (page faults); elsewhere torch's product."""
     written = _cpu_rows.broadcast(scalars, mask)
     if written is None:
-        if mask.device.type == "cpu" and mask.dtype != torch.bool and mask.numel() and not bool(
-                ((mask == 0) | (mask == 1)).all()):
-            _skip.raise_mask_values("response_mask")
+        if mask.device.type == "cpu":
+            _skip.check_values(mask, "response_mask")
         out = scalars.unsqueeze(-1) * mask
     else:
         out, bad = written

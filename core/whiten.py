@@ -72,8 +72,8 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
         return _across_ranks(x, m, shift_mean, eps, zero_skipped, group, numpy_io)
     if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
         return _torch_form(x, m, shift_mean, eps, zero_skipped, check=False)
-    if m.dtype != torch.bool and m.device.type == "cpu" and m.numel() and not bool(((m == 0) | (m == 1)).all()):
-        raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
+    if m.device.type == "cpu":
+        _check_mask_values(m)
     out = None
     if _backend.path_for(x.device.type, "values") == "triton" and x.is_contiguous() and m.is_contiguous() and x.numel():
         try:
@@ -113,6 +113,11 @@ def apply_whitening(x: torch.Tensor, sums: torch.Tensor, mask=None, out=None) ->
     return out
 
 
+def _check_mask_values(m: torch.Tensor) -> None:
+    if m.dtype != torch.bool and m.numel() and not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
+
+
 def _warn_once(error: Exception) -> None:
     if not _warned:
         _warned.append(True)
@@ -139,8 +144,7 @@ def _across_ranks(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float
         raise ValueError("group: torch.distributed is not initialised (call torch.distributed.init_process_group)")
     if torch.compiler.is_compiling():
         raise ValueError("group: whitening across ranks runs outside torch.compile (a collective per call)")
-    if m.dtype != torch.bool and m.numel() and not bool(((m == 0) | (m == 1)).all()):
-        raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
+    _check_mask_values(m)
     keep = m != 0
     wide = torch.where(keep, x.to(torch.float64), 0)
     sums = torch.stack([keep.sum(dtype=torch.float64), wide.sum(), (wide * wide).sum()])

@@ -53,8 +53,13 @@ def check_mask_values(call: Call, x: torch.Tensor, argument: str = "mask") -> No
     """That a mask on the CPU holds only 0 and 1 (a pass over it)."""
     if x.dtype != torch.bool and x.device.type == "cpu" and not _compiling():
         call.checked_values = True
-        if x.numel() and not bool(((x == 0) | (x == 1)).all()):
-            raise_mask_values(argument)
+        check_values(x, argument)
+
+
+def check_values(x: torch.Tensor, argument: str = "mask") -> None:
+    """That ``x`` holds only 0 and 1 (a pass over it, wherever it is)."""
+    if x.dtype != torch.bool and x.numel() and not bool(((x == 0) | (x == 1)).all()):
+        raise_mask_values(argument)
 
 
 def check_counted_values(call: Call, mask: torch.Tensor, bad) -> None:
