@@ -28,6 +28,7 @@ from ._inputs import check_bool, check_device, check_float, check_shape, to_tens
 from .ops._skip import MASK_DTYPES
 
 _warned = []
+MASK_VALUES = "mask must hold only 0 and 1 (1 where the position counts)"
 
 
 def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, zero_skipped: bool = False,
@@ -72,8 +73,8 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
         return _across_ranks(x, m, shift_mean, eps, zero_skipped, group, numpy_io)
     if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
         return _torch_form(x, m, shift_mean, eps, zero_skipped, check=False)
-    if m.device.type == "cpu":
-        _check_mask_values(m)
+    if m.device.type == "cpu" and _holds_other_values(m):
+        raise ValueError(MASK_VALUES)
     out = None
     if _backend.path_for(x.device.type, "values") == "triton" and x.is_contiguous() and m.is_contiguous() and x.numel():
         try:
@@ -113,9 +114,8 @@ def apply_whitening(x: torch.Tensor, sums: torch.Tensor, mask=None, out=None) ->
     return out
 
 
-def _check_mask_values(m: torch.Tensor) -> None:
-    if m.dtype != torch.bool and m.numel() and not bool(((m == 0) | (m == 1)).all()):
-        raise ValueError("mask must hold only 0 and 1 (1 where the position counts)")
+def _holds_other_values(m: torch.Tensor) -> bool:
+    return m.dtype != torch.bool and m.numel() > 0 and not bool(((m == 0) | (m == 1)).all())
 
 
 def _warn_once(error: Exception) -> None:
@@ -136,20 +136,25 @@ def _check_count(n) -> None:
 def _across_ranks(x: torch.Tensor, m: torch.Tensor, shift_mean: bool, eps: float, zero_skipped: bool, group,
                   numpy_io: bool):
     """``masked_whiten`` with the statistics of every rank of ``group``: one all-reduce of
-    ``(n, Σ m·x, Σ m·x²)`` in float64. The count is checked after it, so that every rank
-    raises alike (a rank that raised before would leave the others waiting)."""
+    ``(n, Σ m·x, Σ m·x²)`` in float64. The mask's values and the count are checked after it,
+    so that every rank raises alike (a rank that raised before would leave the others
+    waiting): a rank whose mask holds other values than 0 and 1 sends a NaN count."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("group: torch.distributed is not initialised (call torch.distributed.init_process_group)")
     if torch.compiler.is_compiling():
         raise ValueError("group: whitening across ranks runs outside torch.compile (a collective per call)")
-    _check_mask_values(m)
     keep = m != 0
     wide = torch.where(keep, x.to(torch.float64), 0)
-    sums = torch.stack([keep.sum(dtype=torch.float64), wide.sum(), (wide * wide).sum()])
+    count = keep.sum(dtype=torch.float64)
+    if _holds_other_values(m):
+        count = torch.full_like(count, math.nan)
+    sums = torch.stack([count, wide.sum(), (wide * wide).sum()])
     dist.all_reduce(sums, group=group)
     n, total, squares = sums.tolist()
+    if math.isnan(n):
+        raise ValueError(MASK_VALUES + " (on this rank or another of the group)")
     _check_count(n)
     mean = total / n
     var = max(squares - n * mean * mean, 0.0) / (n - 1)

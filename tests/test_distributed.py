@@ -7,7 +7,8 @@ nothing). :func:`rlscan.masked_whiten` and ``rlscan.gae(..., whiten=True)`` with
 rounding for the whitening alone), through exactly one collective, an
 all-reduce of three float64 scalars, which each rank counts by wrapping
 ``torch.distributed``'s collectives. A batch with fewer than two kept positions in all
-raises on every rank alike, and no rank is left waiting.
+raises on every rank alike, as does a mask of other values than 0 and 1 on one rank, and no
+rank is left waiting.
 """
 from __future__ import annotations
 
@@ -105,6 +106,19 @@ def _case(rank: int, world: int, case: str) -> None:
         start = sum(s[0].shape[0] for s in shards[:rank])
         for got, want in zip((adv, ret), whole):
             torch.testing.assert_close(got, want[start:start + x.shape[0]], rtol=1e-5, atol=1e-5)
+    elif case == "bad_mask":  # one rank's mask holds a 2: every rank raises, none is left waiting
+        shards = _shards(world, torch.float32, empty_rank=-1)
+        x, m = shards[rank]
+        m = m.long()
+        if rank == 1:
+            m[0, 0] = 2
+        originals = _counting(dist, log)
+        try:
+            with pytest.raises(ValueError, match="only 0 and 1"):
+                masked_whiten(x, m, group=dist.group.WORLD)
+        finally:
+            for name, fn in originals.items():
+                setattr(dist, name, fn)
     elif case == "too_few":
         shards = _shards(world, torch.float32, empty_rank=-1, kept=0.0)
         shards[0][1][0, 0] = True  # one kept position in all
@@ -153,7 +167,8 @@ def _run(world: int, cases: tuple, tmp_path) -> None:
         assert text == "ok", f"rank {rank} of {world}:\n{text}"
 
 
-@pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few", "gae")), (4, ("bfloat16", "float64", "gae"))])
+@pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few", "bad_mask", "gae")),
+                                           (4, ("bfloat16", "float64", "gae"))])
 def test_masked_whiten_across_ranks_is_the_whole_batchs(world, cases, tmp_path):
     _run(world, cases, tmp_path)
 
