@@ -175,3 +175,51 @@ def test_bad_value_lmbda_is_refused_by_name(bad, error):
     with pytest.raises(error, match="value_lmbda") as caught:
         rlscan.gae(r, v, **kwargs, value_lmbda=bad)
     assert documented("value_lmbda", error.__name__, str(caught.value)), str(caught.value)
+
+
+@pytest.mark.parametrize("T", [2, 11, 40])
+@pytest.mark.parametrize("whiten", [False, True])
+@pytest.mark.parametrize("terminated", [False, True])
+def test_triton_rows_in_one_pass(T, whiten, terminated, monkeypatch):
+    """Rows that the single-λ op walks with one program each (here tiles of 8 or 16 steps) run
+    ``dual_rows_kernel``, within tolerance of the float64 reference; the two calls never run."""
+    from rlscan._triton import policy
+
+    path = path_for("triton")
+    monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ((16, 8, 1, 0), (64, 16, 1, 0)))
+    monkeypatch.setitem(policy.FORCED, "gae_row_min_t", 2)
+
+    def refused(*args):
+        raise AssertionError("the rows ran two calls")
+
+    monkeypatch.setattr(dual, "_two_calls", refused)
+    (r, v), kwargs = _problem(T, (5, T), 1, torch.float32, "contiguous", True, terminated, True, path.device)
+    kwargs["values"] = v.to(torch.bfloat16)
+    with rlscan.use_backend(path.backend):
+        got = rlscan.gae(r, **kwargs, lmbda=0.95, value_lmbda=1.0, whiten=whiten)
+    ref = rlscan.reference.gae(r, **kwargs, lmbda=0.95, value_lmbda=1.0)
+    advantages = rlscan.reference.masked_whiten(ref.advantages, kwargs["mask"]) if whiten else ref.advantages
+    assert_close(got.advantages, advantages, torch.float32, "advantages")
+    assert_close(got.returns, ref.returns, torch.float32, "returns")
+
+
+def test_triton_rows_only_where_the_single_op_walks_them(monkeypatch):
+    """Chained tiles (a look-back), rows under ``gae_row_min_t`` and a ``λ`` under
+    ``gae_lambda_min`` run the two calls."""
+    from rlscan._triton import policy
+
+    path = path_for("triton")
+    monkeypatch.setitem(policy.FORCED, "gae_row_min_t", 8)
+    ran = []
+    two_calls = dual._two_calls
+    monkeypatch.setattr(dual, "_two_calls", lambda *a: ran.append(True) or two_calls(*a))
+    (r, v), kwargs = _problem(0, (3, 12), 1, torch.float32, "contiguous", True, False, True, path.device)
+    cases = [(((64, 8, 1, 0),), 12, 0.95, False), (((64, 8, 1, 1),), 12, 0.95, True),
+             (((64, 8, 1, 0),), 6, 0.95, True), (((64, 8, 1, 0),), 12, 0.1, True)]
+    with rlscan.use_backend(path.backend):
+        for tiles, T, value_lmbda, two in cases:
+            monkeypatch.setitem(policy.FORCED, "gae_row_tiles", tiles)
+            ran.clear()
+            sub = {k: (x[:, :T] if isinstance(x, torch.Tensor) and x.dim() == 2 else x) for k, x in kwargs.items()}
+            rlscan.gae(r[:, :T], v[:, :T], **sub, lmbda=0.95, value_lmbda=value_lmbda)
+            assert ran == ([True] if two else []), (tiles, T, value_lmbda)
