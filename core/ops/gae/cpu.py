@@ -94,10 +94,12 @@ def _row_step(r, v, mask, term, b, t, gamma, gamma_lmbda, gamma_value_lmbda, one
         if term is not None:
             if term[b, t] != 0:
                 nu = zero
-        a = load_value(r, b, t, one) + gamma * wn * nu - vt + gamma_lmbda * nu * last
+        delta = load_value(r, b, t, one) + gamma * wn * nu - vt
+        a = delta + gamma_lmbda * nu * last
         if gamma_value_lmbda is not None:
-            # the single-λ step's arithmetic, with γλ_value: the bits of a call with lmbda=value_lmbda
-            a_value = load_value(r, b, t, one) + gamma * wn * nu - vt + gamma_value_lmbda * nu * last_value
+            # the single-λ step's arithmetic with γλ_value (the bits of a call with lmbda=value_lmbda), on
+            # the same δ: loading r again here made the loop 15 times slower (numba 0.68, no whitening)
+            a_value = delta + gamma_value_lmbda * nu * last_value
         wn = vt
         if sums is not None:
             if n == 0.0:
