@@ -36,17 +36,15 @@ _rows_failed: list = []
 
 def gae(call, values, boot, term, next_values, truncated, mask, g, lam, value_lam, whiten: bool, exact: bool, out,
         group, again):
-    """``(advantages, returns)`` of the dual-λ GAE. ``call`` and the tensors are the op's checked
+    """The tuple ``(advantages, returns)`` of the dual-λ GAE. ``call`` and the tensors are the op's checked
     arguments, ``lam`` and ``value_lam`` the checked ``λ``s (:class:`rlscan._call.Coef`);
     ``again(lmbda, whiten, group, out)`` calls ``rlscan.gae`` on the caller's own
     arguments with these replaced (the fallback's two calls)."""
-    from .op import GAEOutput
-
     if mask is not None and out is None and group is None:
         result = _one_pass(call, values, boot, term, next_values, truncated, mask, g, lam, value_lam, whiten, exact)
         if result is not None:
-            return GAEOutput(*call.finish(result))
-    return GAEOutput(*_two_calls(again, lam, value_lam, whiten, group, out))
+            return call.finish(result)
+    return _two_calls(again, lam, value_lam, whiten, group, out)
 
 
 def _one_pass(call, values, boot, term, next_values, truncated, mask, g, lam, value_lam, whiten,

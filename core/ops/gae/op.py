@@ -174,8 +174,8 @@ def gae(
                        truncated=truncated, mask=mask, whiten=whiten, group=group, gamma=gamma, lmbda=lmbda,
                        time_dim=time_dim, exact=exact, out_dtype=out_dtype, out=out)
 
-        return dual.gae(call, values, bootstrap_value, terminated, next_values, truncated, mask, g, lam,
-                        call.coef("value_lmbda", value_lmbda), whiten, exact, out, group, again)
+        return GAEOutput(*dual.gae(call, values, bootstrap_value, terminated, next_values, truncated, mask, g, lam,
+                                   call.coef("value_lmbda", value_lmbda), whiten, exact, out, group, again))
     if group is not None:
         if not whiten or mask is None:
             raise ValueError("gae: group= is the process group of the whitening: it needs whiten=True and mask=")
