@@ -44,7 +44,7 @@ def _coef(kind, value, shape, time_dim, seed, dtype, device):
 
 @pytest.mark.parametrize("backend", ["cpu", "triton"])
 @given(data=st.data())
-@settings(max_examples=15)
+@settings(max_examples=10)
 def test_each_output_is_the_single_lambda_ops(backend, data):
     """``advantages`` = ``gae(lmbda=λ).advantages``, ``returns`` = ``gae(lmbda=λ_value).returns``."""
     count_example("test_each_output_is_the_single_lambda_ops")
@@ -55,7 +55,7 @@ def test_each_output_is_the_single_lambda_ops(backend, data):
 
 def _check_single_lambda_outputs(path, data):
     ndim = data.draw(st.sampled_from([2, 2, 3]), "ndim")
-    T = data.draw(st.integers(1, 24), "T")
+    T = data.draw(st.integers(1, 16), "T")
     B = data.draw(st.integers(1, 6), "B")
     time_dim = data.draw(st.sampled_from([0, 1] if ndim == 2 else [0, 1, 2]), "time_dim")
     shape = [B] * ndim
