@@ -223,3 +223,14 @@ def test_triton_rows_only_where_the_single_op_walks_them(monkeypatch):
             sub = {k: (x[:, :T] if isinstance(x, torch.Tensor) and x.dim() == 2 else x) for k, x in kwargs.items()}
             rlscan.gae(r[:, :T], v[:, :T], **sub, lmbda=0.95, value_lmbda=value_lmbda)
             assert ran == ([True] if two else []), (tiles, T, value_lmbda)
+
+
+def test_torch_compile_fullgraph():
+    """Inside ``torch.compile`` the two calls are two custom ops: traced without a graph break,
+    with the eager bits."""
+    (r, v), kwargs = _problem(6, (4, 16), 1, torch.float32, "contiguous", True, True, True, "cpu")
+    with rlscan.use_backend("cpu"):
+        compiled = torch.compile(lambda r, v: rlscan.gae(r, v, **kwargs, lmbda=0.95, value_lmbda=1.0), fullgraph=True)
+        got = compiled(r, v)
+        want = rlscan.gae(r, v, **kwargs, lmbda=0.95, value_lmbda=1.0)
+    assert all(bitwise_equal(a, b) for a, b in zip(got, want))
