@@ -140,6 +140,7 @@ CASES = {
     "gamma-nan": lambda: gae(gamma=float("nan")),
     "lmbda-above-one": lambda: gae(lmbda=1.01),
     "lmbda-nan": lambda: gae(lmbda=float("nan")),
+    "value-lmbda-above-one": lambda: gae(value_lmbda=1.5),
     "eligibility-gamma-above-one": lambda: rlscan.eligibility_traces(r(), dones=None, gamma=2.0, lmbda=0.9),
     "gamma-tensor-above-one": lambda: gae(gamma=with_element(1.5)),
     "gamma-tensor-nan": lambda: gae(gamma=with_element(float("nan"))),

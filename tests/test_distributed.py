@@ -88,8 +88,10 @@ def _case(rank: int, world: int, case: str) -> None:
     from rlscan import masked_whiten
 
     log: list = []
-    if case == "gae":
+    if case in ("gae", "gae_dual"):  # gae_dual: value_lmbda's returns beside the whitened advantages
         import rlscan
+
+        dual = dict(value_lmbda=1.0) if case == "gae_dual" else {}
 
         shards = _shards(world, torch.float32, empty_rank=world - 1)
         values = [torch.randn(x.shape, generator=torch.Generator().manual_seed(r)) for r, (x, _) in enumerate(shards)]
@@ -97,12 +99,12 @@ def _case(rank: int, world: int, case: str) -> None:
         originals = _counting(dist, log)
         try:
             adv, ret = rlscan.gae(x, values[rank], mask=m, whiten=True, group=dist.group.WORLD, gamma=0.99, lmbda=0.95,
-                                  time_dim=-1)
+                                  time_dim=-1, **dual)
         finally:
             for name, fn in originals.items():
                 setattr(dist, name, fn)
         whole = rlscan.gae(torch.cat([s[0] for s in shards]), torch.cat(values), mask=torch.cat([s[1] for s in shards]),
-                           whiten=True, gamma=0.99, lmbda=0.95, time_dim=-1)
+                           whiten=True, gamma=0.99, lmbda=0.95, time_dim=-1, **dual)
         start = sum(s[0].shape[0] for s in shards[:rank])
         for got, want in zip((adv, ret), whole):
             torch.testing.assert_close(got, want[start:start + x.shape[0]], rtol=1e-5, atol=1e-5)
@@ -167,7 +169,7 @@ def _run(world: int, cases: tuple, tmp_path) -> None:
         assert text == "ok", f"rank {rank} of {world}:\n{text}"
 
 
-@pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few", "bad_mask", "gae")),
+@pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few", "bad_mask", "gae", "gae_dual")),
                                            (4, ("bfloat16", "float64", "gae"))])
 def test_masked_whiten_across_ranks_is_the_whole_batchs(world, cases, tmp_path):
     _run(world, cases, tmp_path)

@@ -57,3 +57,17 @@ def test_returns_at_llm_shapes(kind):
     torch.testing.assert_close(
         rlscan.discounted_returns(rewards, mask=mask, gamma=gamma, time_dim=-1).double(),
         reference.discounted_returns(rewards, mask=mask, gamma=gamma, time_dim=-1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["per sample", "per token", "floats"])
+def test_dual_lambda_at_llm_shapes(kind):
+    """VAPO's decoupled λ: the advantages with λ (per sample, per token or a float), the returns
+    with λ_value = 1, against the float64 reference; the returns are the bits of a call with
+    ``lmbda=1.0`` (the CPU path is exact)."""
+    rewards, values, mask = _batch(4)
+    gamma, lmbda = _coefs(kind, 5)
+    got = rlscan.gae(rewards, values, mask=mask, gamma=gamma, lmbda=lmbda, value_lmbda=1.0, time_dim=-1)
+    want = reference.gae(rewards, values, mask=mask, gamma=gamma, lmbda=lmbda, value_lmbda=1.0, time_dim=-1)
+    for x, w in zip(got, want):
+        torch.testing.assert_close(x.double(), w, rtol=1e-4, atol=1e-4)
+    assert torch.equal(got.returns, rlscan.gae(rewards, values, mask=mask, gamma=gamma, lmbda=1.0, time_dim=-1).returns)

@@ -80,11 +80,13 @@ def run_masked(layout, arrays, scalars, outs, dtype):
 
 
 @step_helper
-def _row_step(r, v, mask, term, b, t, gamma, gamma_lmbda, one, adv, ret, sums, bad, wn, last, n, s, q, c):
+def _row_step(r, v, mask, term, b, t, gamma, gamma_lmbda, gamma_value_lmbda, one, adv, ret, sums, bad, wn, last,
+              last_value, n, s, q, c):
     """One step of one row of :func:`gae_masked_rows_loop`: the carried state in, the state out."""
     zero = one - one
     vt = load_value(v, b, t, one)
     kept = mask[b, t]
+    a_value = last_value
     if kept != 0:
         if kept != 1:
             bad += 1
@@ -92,7 +94,12 @@ def _row_step(r, v, mask, term, b, t, gamma, gamma_lmbda, one, adv, ret, sums, b
         if term is not None:
             if term[b, t] != 0:
                 nu = zero
-        a = load_value(r, b, t, one) + gamma * wn * nu - vt + gamma_lmbda * nu * last
+        delta = load_value(r, b, t, one) + gamma * wn * nu - vt
+        a = delta + gamma_lmbda * nu * last
+        if gamma_value_lmbda is not None:
+            # the single-λ step's arithmetic with γλ_value (the bits of a call with lmbda=value_lmbda), on
+            # the same δ: loading r again here made the loop 15 times slower (numba 0.68, no whitening)
+            a_value = delta + gamma_value_lmbda * nu * last_value
         wn = vt
         if sums is not None:
             if n == 0.0:
@@ -104,19 +111,25 @@ def _row_step(r, v, mask, term, b, t, gamma, gamma_lmbda, one, adv, ret, sums, b
     else:
         a = last
     adv[b, t] = a
-    ret[b, t] = a + vt
-    return bad, wn, a, n, s, q, c
+    if gamma_value_lmbda is not None:
+        ret[b, t] = a_value + vt
+    else:
+        ret[b, t] = a + vt
+    return bad, wn, a, a_value, n, s, q, c
 
 
 @njit
-def gae_masked_rows_loop(r, v, mask, boot, term, gamma, gamma_lmbda, one, adv, ret, sums, bad):
+def gae_masked_rows_loop(r, v, mask, boot, term, gamma, gamma_lmbda, gamma_value_lmbda, one, adv, ret, sums, bad):
     """The masked GAE over ``[B, T]`` rows contiguous in time (:mod:`rlscan._cpu_rows`), each
     row walked from its end in the order of ``gae_masked_loop``, the next kept value ``W``
     and ``Â`` carried in registers, not read back from arrays. A thread walks
     ``ROWS_AT_ONCE`` rows side by side: one row's steps form a chain of dependent
     operations, and independent rows fill the processor's pipeline meanwhile. With
     ``sums``, each row's count, ``Σ(Â − c)`` and ``Σ(Â − c)²`` over its kept steps, and
-    ``c``; ``bad[b]`` counts the mask's values other than 0 and 1."""
+    ``c``; ``bad[b]`` counts the mask's values other than 0 and 1. With
+    ``gamma_value_lmbda`` (``γ·λ_value``; ``None``: a branch numba prunes), a second
+    advantage ``Â(λ_value)`` is carried beside ``Â`` from the same loads, and ``ret`` holds
+    ``Â(λ_value) + V`` (``value_lmbda``, :mod:`rlscan.ops.gae.dual`)."""
     B, T = r.shape
     zero = one - one
     for p in prange((B + ROWS_AT_ONCE - 1) // ROWS_AT_ONCE):
@@ -128,6 +141,7 @@ def gae_masked_rows_loop(r, v, mask, boot, term, gamma, gamma_lmbda, one, adv, r
             w0, w1 = load_value(boot, b0, 0, one), load_value(boot, b1, 0, one)
             w2, w3 = load_value(boot, b2, 0, one), load_value(boot, b3, 0, one)
         l0, l1, l2, l3 = zero, zero, zero, zero
+        u0, u1, u2, u3 = zero, zero, zero, zero
         n0, s0, q0, c0 = 0.0, 0.0, 0.0, 0.0
         n1, s1, q1, c1 = 0.0, 0.0, 0.0, 0.0
         n2, s2, q2, c2 = 0.0, 0.0, 0.0, 0.0
@@ -135,14 +149,18 @@ def gae_masked_rows_loop(r, v, mask, boot, term, gamma, gamma_lmbda, one, adv, r
         e0, e1, e2, e3 = 0, 0, 0, 0
         for k in range(T):
             t = T - 1 - k
-            e0, w0, l0, n0, s0, q0, c0 = _row_step(r, v, mask, term, b0, t, gamma, gamma_lmbda, one, adv, ret, sums,
-                                                   e0, w0, l0, n0, s0, q0, c0)
-            e1, w1, l1, n1, s1, q1, c1 = _row_step(r, v, mask, term, b1, t, gamma, gamma_lmbda, one, adv, ret, sums,
-                                                   e1, w1, l1, n1, s1, q1, c1)
-            e2, w2, l2, n2, s2, q2, c2 = _row_step(r, v, mask, term, b2, t, gamma, gamma_lmbda, one, adv, ret, sums,
-                                                   e2, w2, l2, n2, s2, q2, c2)
-            e3, w3, l3, n3, s3, q3, c3 = _row_step(r, v, mask, term, b3, t, gamma, gamma_lmbda, one, adv, ret, sums,
-                                                   e3, w3, l3, n3, s3, q3, c3)
+            e0, w0, l0, u0, n0, s0, q0, c0 = _row_step(
+                r, v, mask, term, b0, t, gamma, gamma_lmbda, gamma_value_lmbda, one, adv, ret, sums,
+                e0, w0, l0, u0, n0, s0, q0, c0)
+            e1, w1, l1, u1, n1, s1, q1, c1 = _row_step(
+                r, v, mask, term, b1, t, gamma, gamma_lmbda, gamma_value_lmbda, one, adv, ret, sums,
+                e1, w1, l1, u1, n1, s1, q1, c1)
+            e2, w2, l2, u2, n2, s2, q2, c2 = _row_step(
+                r, v, mask, term, b2, t, gamma, gamma_lmbda, gamma_value_lmbda, one, adv, ret, sums,
+                e2, w2, l2, u2, n2, s2, q2, c2)
+            e3, w3, l3, u3, n3, s3, q3, c3 = _row_step(
+                r, v, mask, term, b3, t, gamma, gamma_lmbda, gamma_value_lmbda, one, adv, ret, sums,
+                e3, w3, l3, u3, n3, s3, q3, c3)
         bad[b0], bad[b1], bad[b2], bad[b3] = e0, e1, e2, e3
         if sums is not None:
             row_sums(sums, b3, n3, s3, q3, c3)

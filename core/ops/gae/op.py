@@ -104,6 +104,7 @@ def gae(
     group=None,
     gamma=0.99,
     lmbda=0.95,
+    value_lmbda=None,
     time_dim=0,
     exact=False,
     out_dtype=None,
@@ -142,6 +143,11 @@ def gae(
             (``masked_whiten(..., group=group)``, one all-reduce of three scalars, after
             the scan). Every rank of the group must call.
         gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
+        value_lmbda: a second ``λ`` for the value targets (VAPO's decoupled λ, typically
+            1.0), a float in [0, 1] or a tensor like ``lmbda``: ``returns`` are then
+            ``Â(value_lmbda) + V`` while ``advantages`` stay ``Â(lmbda)`` (whitened with
+            ``whiten``), both from one pass over the inputs where one applies
+            (:mod:`rlscan.ops.gae.dual`). ``None``: ``returns = Â(lmbda) + V``.
         time_dim: the time axis.
         exact: evaluate one step at a time in the loop's order (bit for bit the
             float32 loops of Stable-Baselines3 and CleanRL). The CPU path always is.
@@ -160,6 +166,16 @@ def gae(
     lam = call.coef("lmbda", lmbda)
     whiten = check_bool("whiten", whiten)
     exact = check_bool("exact", exact)  # the row loops answer before call.run would check it
+    if value_lmbda is not None:
+        from . import dual
+
+        def again(lmbda, whiten, group, out):  # the fallback's calls: every argument but these as given
+            return gae(rewards, values, bootstrap_value=bootstrap_value, next_values=next_values, terminated=terminated,
+                       truncated=truncated, mask=mask, whiten=whiten, group=group, gamma=gamma, lmbda=lmbda,
+                       time_dim=time_dim, exact=exact, out_dtype=out_dtype, out=out)
+
+        return GAEOutput(*dual.gae(call, values, bootstrap_value, terminated, next_values, truncated, mask, g, lam,
+                                   call.coef("value_lmbda", value_lmbda), whiten, exact, out, group, again))
     if group is not None:
         if not whiten or mask is None:
             raise ValueError("gae: group= is the process group of the whitening: it needs whiten=True and mask=")

@@ -9,7 +9,12 @@ GAEOutput = namedtuple("GAEOutput", "advantages returns")
 
 
 def gae(rewards, values, *, bootstrap_value=None, next_values=None, terminated=None, truncated=None, mask=None,
-        gamma=0.99, lmbda=0.95, time_dim=0):
+        gamma=0.99, lmbda=0.95, value_lmbda=None, time_dim=0):
+    if value_lmbda is not None:  # the advantages with λ, the returns with λ_value (rlscan.ops.gae.dual)
+        kwargs = dict(bootstrap_value=bootstrap_value, next_values=next_values, terminated=terminated,
+                      truncated=truncated, mask=mask, gamma=gamma, time_dim=time_dim)
+        return GAEOutput(gae(rewards, values, lmbda=lmbda, **kwargs).advantages,
+                         gae(rewards, values, lmbda=value_lmbda, **kwargs).returns)
     shape = as_f64(rewards).shape
     if mask is not None:
         return _gae_masked(rewards, values, bootstrap_value, terminated, mask, gamma, lmbda, time_dim, shape)

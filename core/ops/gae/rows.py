@@ -31,9 +31,11 @@ def plan(call, tensors: tuple, scalars: tuple, whiten: bool) -> Optional[tuple]:
     return advantages(call, values, boot, term, mask, gamma, lmbda, whiten)
 
 
-def advantages(call, values, boot, term, mask, gamma: float, lmbda: float, whiten: bool) -> Optional[tuple]:
+def advantages(call, values, boot, term, mask, gamma: float, lmbda: float, whiten: bool,
+               value_lmbda: Optional[float] = None) -> Optional[tuple]:
     """``(advantages, returns)``, or ``None`` where this path does not apply. Raises
-    ``ValueError`` where ``mask`` holds values other than 0 and 1 (the loop counts them)."""
+    ``ValueError`` where ``mask`` holds values other than 0 and 1 (the loop counts them).
+    With ``value_lmbda``, ``returns`` are ``Â(value_lmbda) + V``, carried in the same loop."""
     compute = call.compute_dtype
     if call.result_dtype != compute or not _cpu_rows.readable((call.anchor, values), (mask, term)):
         return None
@@ -55,10 +57,12 @@ def advantages(call, values, boot, term, mask, gamma: float, lmbda: float, white
     from .cpu import gae_masked_rows_loop
 
     bad = np.zeros(r.shape[0], dtype=np.int64)
-    key = ("gae_masked_rows", _cpu_rows.signature(*arrays, b_array, t_array, a_adv), whiten)
+    dual = value_lmbda is not None
+    key = ("gae_masked_rows", _cpu_rows.signature(*arrays, b_array, t_array, a_adv), whiten, dual)
     groups = -(-r.shape[0] // _cpu_rows.ROWS_AT_ONCE)
+    gamma_value_lmbda = np_dtype(gamma * value_lmbda) if dual else None
     _cpu_rows.run(gae_masked_rows_loop, key, (groups, r.numel()), arrays[0], arrays[1], arrays[2], b_array, t_array,
-                  np_dtype(gamma), np_dtype(gamma * lmbda), one, a_adv, a_ret, sums, bad)
+                  np_dtype(gamma), np_dtype(gamma * lmbda), gamma_value_lmbda, one, a_adv, a_ret, sums, bad)
     _skip.check_counted_values(call, mask, bad)
     if whiten:
         _cpu_rows.whiten(a_adv, sums, one)
