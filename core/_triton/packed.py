@@ -267,7 +267,7 @@ def _flags(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return x.view(torch.uint8) if x is not None and x.dtype == torch.bool else x
 
 
-def _coef_arg(x, S: int, name: str) -> tuple:
+def _coef_arg(x, S: int) -> tuple:
     """``(value, tensor, by)`` of γ or λ: by 0 (a float), 1 (per sequence) or 2 (per token)."""
     if x is None or not isinstance(x, torch.Tensor):
         return (0.0 if x is None else float(x)), None, 0
@@ -292,6 +292,44 @@ def _where(x: Optional[torch.Tensor]):
     return None if x is None else (x.dtype, x.data_ptr() % 16 == 0)
 
 
+def reaches_far(N: int) -> bool:
+    """Whether positions in a packed tensor of ``N`` tokens need 64-bit arithmetic (a tile
+    reads up to a tile past the end)."""
+    return N + 4096 >= 2**31
+
+
+def launch(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values=None, mask=None, terminated=None,
+           bootstrap_value=None, gamma, lmbda=None, exact: bool = False, sums: bool = False,
+           compute_dtype: torch.dtype) -> tuple:
+    """The kernel's outputs for :func:`scan`'s arguments, not whitened: GAE ``(Â, Â + V)``,
+    TD(λ) and the discounted return ``(G,)``, the kept return ``(G · m,)``; and, with ``sums``
+    (not in exact mode), the ``[3, SUM_SLOTS]`` float64 count, sum and sum of squares of the
+    first output's kept tokens (else ``None``)."""
+    code = KINDS[kind]
+    N, S = rewards.numel(), cu_seqlens.numel() - 1
+    device = rewards.device
+    new = tuple(torch.empty(N, dtype=compute_dtype, device=device) for _ in range(2 if code == 0 else 1))
+    g_value, g_tensor, g_by = _coef_arg(gamma, S)
+    l_value, l_tensor, l_by = _coef_arg(lmbda if code < 2 else None, S)
+    stats = new_sums(device) if sums and not exact else None
+    if N and S:
+        ins = (rewards, values if code < 2 else None, _flags(mask), _flags(terminated) if code < 3 else None,
+               bootstrap_value if code < 3 else None, g_tensor, l_tensor, cu_seqlens)
+        outs = (new[0], new[1] if code == 0 else None, stats)
+        scalars = (split(g_value), split(l_value), split(g_value * l_value))
+        wide = reaches_far(N)
+        common = dict(KIND=code, GAMMA_BY=g_by, LMBDA_BY=l_by, ACC=_acc_dtype(compute_dtype), WIDE=wide)
+        sig = (kind, exact, g_by, l_by, str(compute_dtype), wide, device.index, tuple(map(_where, ins + outs)))
+        if exact:
+            _launch(sig, exact_kernel, (S, 1, 1), (ins, outs, scalars), dict(common, enable_fp_fusion=False), 1,
+                    device.index)
+        else:
+            block, warps = _tile(N, S)
+            _launch(sig + (block,), scan_kernel, (S, 1, 1), (ins, outs, scalars), dict(common, BLOCK=block), warps,
+                    device.index)
+    return new, stats
+
+
 def scan(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values=None, mask=None, terminated=None,
          bootstrap_value=None, gamma, lmbda=None, exact: bool = False, whiten: bool = False,
          compute_dtype: torch.dtype) -> tuple:
@@ -305,46 +343,27 @@ def scan(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values=N
 
     ``gamma``, ``lmbda``: floats, or tensors of length ``S`` (per sequence, which wins where
     ``S = total_tokens``) or ``total_tokens``. Outputs are ``[total_tokens]`` in
-    ``compute_dtype``. Raises where a kernel fails to compile or launch (the caller falls
-    back), and ``ValueError`` where the whitening has fewer than two kept tokens."""
-    code = KINDS[kind]
-    N, S = rewards.numel(), cu_seqlens.numel() - 1
-    device = rewards.device
-    new = [torch.empty(N, dtype=compute_dtype, device=device) for _ in range(2 if code == 0 else 1)]
-    whitened = whiten or code == 3
-    g_value, g_tensor, g_by = _coef_arg(gamma, S, "gamma")
-    l_value, l_tensor, l_by = _coef_arg(lmbda if code < 2 else None, S, "lmbda")
-    m = _flags(mask)
-    sums = new_sums(device) if whitened and not exact else None
-    if N and S:
-        ins = (rewards, values if code < 2 else None, m, _flags(terminated) if code < 3 else None,
-               bootstrap_value if code < 3 else None, g_tensor, l_tensor, cu_seqlens)
-        outs = (new[0], new[1] if code == 0 else None, sums)
-        scalars = (split(g_value), split(l_value), split(g_value * l_value))
-        wide = N + 4096 >= 2**31
-        acc = _acc_dtype(compute_dtype)
-        common = dict(KIND=code, GAMMA_BY=g_by, LMBDA_BY=l_by, ACC=acc, WIDE=wide)
-        sig = (kind, exact, g_by, l_by, str(compute_dtype), wide, device.index, tuple(map(_where, ins + outs)))
-        if exact:
-            _launch(sig, exact_kernel, (S, 1, 1), (ins, outs, scalars), dict(common, enable_fp_fusion=False), 1,
-                    device.index)
-        else:
-            block, warps = _tile(N, S)
-            _launch(sig + (block,), scan_kernel, (S, 1, 1), (ins, outs, scalars), dict(common, BLOCK=block), warps,
-                    device.index)
+    ``compute_dtype``. The whitening's statistics are gathered by the scan, except in exact
+    mode, where ``masked_whiten`` adds them in a fixed order. Raises where a kernel fails to
+    compile or launch (the caller falls back), and ``ValueError`` where the whitening has
+    fewer than two kept tokens."""
+    whitened = whiten or kind == "kept_returns"
+    new, sums = launch(kind, cu_seqlens, rewards=rewards, values=values, mask=mask, terminated=terminated,
+                       bootstrap_value=bootstrap_value, gamma=gamma, lmbda=lmbda, exact=exact, sums=whitened,
+                       compute_dtype=compute_dtype)
     if not whitened:
-        return tuple(new)
+        return new
     from ..whiten import _check_count, masked_whiten
 
     x = new[0]
     if exact:  # the whitening in a fixed order (the sums' atomics add in any order)
-        kept = mask if mask is not None else torch.ones(N, dtype=torch.bool, device=device)
-        if code == 0:
+        kept = mask if mask is not None else torch.ones(x.numel(), dtype=torch.bool, device=x.device)
+        if kind == "gae":
             return masked_whiten(x, kept), new[1]
         return masked_whiten(x, kept, zero_skipped=mask is not None), x
     from .whiten import apply_sums
 
-    if code == 0:
+    if kind == "gae":
         apply_sums(x, sums, 1e-8, out=x)
         _check_count(sums[0])  # after the launches, so that the device is not kept waiting
         return x, new[1]
