@@ -302,6 +302,7 @@ def packed_calls() -> dict:
                                               lmbda=0.95, exact=True))
     calls["discounted_returns float64"] = ("discounted_returns", dict(batch(dtype=torch.float64), gamma=0.99))
     calls["gae 64-bit positions"] = ("gae", dict(batch(), gamma=0.99, lmbda=0.95, wide=True))
+    calls["gae pipelined (tools/packed_gpu.py's sweep)"] = ("gae", dict(batch(), gamma=0.99, lmbda=0.95, stages=3))
     return calls
 
 
@@ -318,6 +319,7 @@ def run_packed(compiler) -> None:
         for name, (kind, kwargs) in packed_calls().items():
             compiler.case = f"packed {name}"
             wide = kwargs.pop("wide", False)
+            packed.FORCE_STAGES = kwargs.pop("stages", None)
             packed.reaches_far = (lambda N: True) if wide else reaches_far
             _cache.clear()
             try:
@@ -325,7 +327,7 @@ def run_packed(compiler) -> None:
             except Exception as exc:  # noqa: BLE001 - a call that fails before compiling
                 compiler.failures.append(f"{compiler.case}: {type(exc).__name__}: {str(exc)[:300]}")
     finally:
-        packed.reaches_far = reaches_far
+        packed.reaches_far, packed.FORCE_STAGES = reaches_far, None
     sums = torch.zeros(3, 64, dtype=torch.float64)
     for dtype, acc in ((torch.float32, tl.float32), (torch.float64, tl.float64)):
         x = torch.empty(5000, dtype=dtype)

@@ -232,20 +232,20 @@ def timing(device) -> list:
             t_rows = bench(lambda: run_padded_rows("gae", x, exact=True))
             rows.append((label, "gae exact", tokens, p.S * p.L, t_packed, t_rows, None))
             print(f"  {label:40s} {'gae exact':20s} packed {t_packed:8.1f} us   padded op {t_rows:8.1f} us", flush=True)
-    # the packed tile length at long sequences
+    # the packed tile length, and the software pipelining of its loads, at long sequences
     b = make_batch([32768] * 64, device, seed=12)
     sweep = []
-    for block in (512, 1024, 2048, 4096):
-        packed.FORCE_BLOCK = block
+    for block, stages in ((512, None), (1024, None), (2048, None), (4096, None), (2048, 2), (2048, 3), (1024, 3)):
+        packed.FORCE_BLOCK, packed.FORCE_STAGES = block, stages
         try:
-            sweep.append((block, bench(lambda: run_packed("gae", b))))
-        except Exception as exc:  # noqa: BLE001 - a tile this GPU cannot hold
-            sweep.append((block, float("nan")))
-            print(f"  tile {block}: {type(exc).__name__}: {str(exc)[:200]}")
+            sweep.append((block, stages, bench(lambda: run_packed("gae", b))))
+        except Exception as exc:  # noqa: BLE001 - a setting this GPU or Triton cannot run
+            sweep.append((block, stages, float("nan")))
+            print(f"  tile {block}, stages {stages}: {type(exc).__name__}: {str(exc)[:200]}")
         finally:
-            packed.FORCE_BLOCK = None
-    print("  packed gae at 64 x 32768 by tile length: "
-          + ", ".join(f"{block}: {t:.1f} us" for block, t in sweep), flush=True)
+            packed.FORCE_BLOCK = packed.FORCE_STAGES = None
+    print("  packed gae at 64 x 32768 by (tile, pipeline stages): "
+          + ", ".join(f"({block}, {stages}): {t:.1f} us" for block, stages, t in sweep), flush=True)
     return rows
 
 

@@ -53,8 +53,10 @@ from .whiten import SUM_SLOTS, new_sums
 KINDS = {"gae": 0, "td_lambda": 1, "discounted_returns": 2, "kept_returns": 3}
 OUTPUTS = {"gae": 2, "td_lambda": 1, "discounted_returns": 1, "kept_returns": 2}
 
-#: tests and tools only: the tile length (a power of two, at least 4 · ROW_RUN)
+#: tests and tools only: the tile length (a power of two, at least 4 · ROW_RUN), and the
+#: number of tiles whose loads Triton's software pipelining overlaps (``tl.range(num_stages=)``)
 FORCE_BLOCK: Optional[int] = None
+FORCE_STAGES: Optional[int] = None
 
 
 # ----------------------------------------------------------------------------- kernel pieces
@@ -125,8 +127,9 @@ def _gamma_lmbda(gamma, lmbda, scalars, GAMMA_BY: tl.constexpr, LMBDA_BY: tl.con
 
 @triton.jit
 def scan_kernel(ins, outs, scalars, KIND: tl.constexpr, GAMMA_BY: tl.constexpr, LMBDA_BY: tl.constexpr,
-                ACC: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    """Sequence ``program_id(0)``, walked from its end in tiles of ``BLOCK`` tokens.
+                ACC: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None):
+    """Sequence ``program_id(0)``, walked from its end in tiles of ``BLOCK`` tokens (``STAGES``:
+    Triton's software pipelining of the tiles' loads, ``tl.range(num_stages=)``).
     ``ins = (R, V, M, TERM, BOOT, GAMMA, LMBDA, CU)``, ``outs = (OUT, OUT2, SUMS)``: GAE writes
     ``Â`` and ``Â + V``, TD(λ) and the discounted return ``G``, the kept return ``G · m``;
     with ``SUMS``, the kept ``Â`` (or ``G``) are counted, summed and squared into it."""
@@ -145,7 +148,7 @@ def scan_kernel(ins, outs, scalars, KIND: tl.constexpr, GAMMA_BY: tl.constexpr, 
     squares = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], ACC)
     last_tile = (end - 1) // BLOCK  # end >= 1 where the sequence has a token
     n_tiles = tl.where(end > start, last_tile - start // BLOCK + 1, 0)
-    for i in range(n_tiles):
+    for i in tl.range(n_tiles, num_stages=STAGES):
         base = (last_tile - i) * BLOCK
         t = base + (BLOCK // ROW_RUN - 1 - tl.arange(0, BLOCK // ROW_RUN)[:, None]) * ROW_RUN \
             + tl.arange(0, ROW_RUN)[None, :]
@@ -325,8 +328,8 @@ def launch(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values
                     device.index)
         else:
             block, warps = _tile(N, S)
-            _launch(sig + (block,), scan_kernel, (S, 1, 1), (ins, outs, scalars), dict(common, BLOCK=block), warps,
-                    device.index)
+            _launch(sig + (block, FORCE_STAGES), scan_kernel, (S, 1, 1), (ins, outs, scalars),
+                    dict(common, BLOCK=block, STAGES=FORCE_STAGES), warps, device.index)
     return new, stats
 
 
