@@ -259,3 +259,17 @@ def test_empty_batches(kind):
     assert len(out) == packed.OUTPUTS[kind] and all(x.shape == (0,) for x in out)
     with pytest.raises(ValueError, match="at least two"):
         packed.scan("gae", cu, **args, whiten=True)
+
+
+@pytest.mark.parametrize("kind, case, chunk", [("gae", "masked", 16), ("gae", "plain", 32), ("td_lambda", "float64", 16),
+                                               ("td_lambda", "masked", 32), ("discounted_returns", "masked", 32),
+                                               ("kept_returns", "float_mask", 16)])
+def test_long_sequences_in_chunks(kind, case, chunk, monkeypatch):
+    """Chunks of one or two tiles: sequences over several chunks, composed in two launches;
+    with chunks of 16 tokens, whole chunks of skipped tokens pass the next kept value on."""
+    batch = make_batch(case, seed=4)
+    want = run_packed(kind, batch)
+    monkeypatch.setattr(packed, "FORCE_CHUNK", chunk)
+    got = run_packed(kind, batch)
+    assert_close(got, want)
+    assert_close(got, reference(kind, batch))

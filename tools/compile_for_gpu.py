@@ -303,6 +303,14 @@ def packed_calls() -> dict:
     calls["discounted_returns float64"] = ("discounted_returns", dict(batch(dtype=torch.float64), gamma=0.99))
     calls["gae 64-bit positions"] = ("gae", dict(batch(), gamma=0.99, lmbda=0.95, wide=True))
     calls["gae pipelined (tools/packed_gpu.py's sweep)"] = ("gae", dict(batch(), gamma=0.99, lmbda=0.95, stages=3))
+    for kind in packed.KINDS:  # long sequences in chunks: the numbering and both phases
+        calls[f"{kind} in chunks"] = (kind, dict(batch(), gamma=0.99, lmbda=0.95, sums=kind in ("gae", "kept_returns"),
+                                                 chunk=packed.CHUNK))
+    calls["gae in chunks, float64, no mask"] = ("gae", dict(batch(dtype=torch.float64, mask=None), gamma=0.99,
+                                                            lmbda=0.95, chunk=packed.CHUNK))
+    calls["td_lambda in chunks, tensor coefficients, 64-bit"] = (
+        "td_lambda", dict(batch(), gamma=torch.full((S,), 0.99), lmbda=torch.full((S * 2048,), 0.95),
+                          chunk=packed.CHUNK, wide=True))
     return calls
 
 
@@ -320,6 +328,7 @@ def run_packed(compiler) -> None:
             compiler.case = f"packed {name}"
             wide = kwargs.pop("wide", False)
             packed.FORCE_STAGES = kwargs.pop("stages", None)
+            packed.FORCE_CHUNK = kwargs.pop("chunk", 0)
             packed.reaches_far = (lambda N: True) if wide else reaches_far
             _cache.clear()
             try:
@@ -327,7 +336,7 @@ def run_packed(compiler) -> None:
             except Exception as exc:  # noqa: BLE001 - a call that fails before compiling
                 compiler.failures.append(f"{compiler.case}: {type(exc).__name__}: {str(exc)[:300]}")
     finally:
-        packed.reaches_far, packed.FORCE_STAGES = reaches_far, None
+        packed.reaches_far, packed.FORCE_STAGES, packed.FORCE_CHUNK = reaches_far, None, None
     sums = torch.zeros(3, 64, dtype=torch.float64)
     for dtype, acc in ((torch.float32, tl.float32), (torch.float64, tl.float64)):
         x = torch.empty(5000, dtype=dtype)

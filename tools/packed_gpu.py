@@ -9,7 +9,8 @@ their definition, the padded masked op, and timed against it, side by side::
 result against the padded op on ``[S, max_len]`` rows built per the definition (row ``s``
 holds sequence ``s``, masked inside and 0 past its end, bootstrapped from ``0 if
 terminated[s] else bootstrap_value[s]``), on a few random batches: long sequences (8 x 50k),
-many short ones, long-tailed lengths with empty sequences, per-sequence γ and per-token λ.
+many short ones, long-tailed lengths with empty sequences, per-sequence γ and per-token λ;
+in tiles with one program per sequence and with long sequences in chunks of 4096 tokens.
 Bit for bit in exact mode (the kept return's whitened advantages: close, the whitening adds
 in another order), close otherwise (the error relative to the largest magnitude). One
 ``PASS`` or ``FAIL`` line per check; the exit status is 1 on any failure.
@@ -18,8 +19,8 @@ in another order), close otherwise (the error relative to the largest magnitude)
 padded at equal lengths (256 x 4096, 64 x 32768: the padded op on its own rows, no copies),
 and long-tailed lengths (lognormal, median 1024, at most 32768, 256 sequences) against
 pad-to-longest: the padded op alone, and with the copies that padding the inputs and
-unpadding the outputs cost. A sweep of the packed tile length at 64 x 32768. The markdown
-table is printed last.
+unpadding the outputs cost. A sweep of the packed settings (tile length, chunk length,
+pipeline stages) at 64 x 32768 and the long-tailed lengths. The markdown table is printed last.
 """
 from __future__ import annotations
 
@@ -151,18 +152,25 @@ def relative_error(got, want) -> float:
 
 
 def check(name: str, b: dict, kinds=KINDS, exact_too: bool = True, tol: float = 2e-5) -> None:
+    """Each op on the batch ``b``: in tiles, one program per sequence and in chunks of 4096
+    tokens, and in exact mode."""
     p = Padding(b["cu"])
+    modes = [("one program per sequence", False, 0), ("chunks", False, 32 if packed.FORCE_BLOCK == 16 else 4096)] + ([("exact", True, None)] if exact_too
+                                                                                 else [])
     for kind in kinds:
         if kind == "kept_returns" and isinstance(b["gamma"], torch.Tensor):
             continue  # REINFORCE++ takes a float γ
-        for exact in (False, True) if exact_too else (False,):
-            what = f"{kind} {name} {'exact' if exact else 'tiles'}"
+        for mode, exact, chunk in modes:
+            what = f"{kind} {name} {mode}"
+            packed.FORCE_CHUNK = chunk
             try:
                 got = run_packed(kind, b, exact=exact)
                 want = run_padded(kind, b, p, exact=exact)
             except Exception as exc:  # noqa: BLE001 - reported, and the run goes on
                 report(False, what, f"{type(exc).__name__}: {str(exc)[:300]}")
                 continue
+            finally:
+                packed.FORCE_CHUNK = None
             errors = [relative_error(g, w) for g, w in zip(got, want)]
             if exact:
                 same = [torch.equal(g, w) for g, w in zip(got, want)]
@@ -184,6 +192,7 @@ def check(name: str, b: dict, kinds=KINDS, exact_too: bool = True, tol: float = 
 def correctness(device, small: bool) -> None:
     g = torch.Generator().manual_seed(0)
     if small:
+        packed.FORCE_BLOCK = 16
         check("few short", make_batch([5, 0, 17, 70, 1, 33], device, seed=1))
         check("per-seq gamma, per-token lambda", make_batch([9, 40, 0, 23], device, seed=2, coefs="tensors"))
         check("no mask", make_batch([9, 40, 0, 23], device, seed=3, masked=False))
@@ -220,6 +229,9 @@ def timing(device) -> list:
         x = padded_inputs(b, p)
         equal = len(set(lengths)) == 1
         tokens = sum(lengths)
+        block, _ = packed._tile(tokens, len(lengths))
+        print(f"  {label}: packed tiles of {block}, chunks of {packed._chunk(tokens, len(lengths), block, device)} "
+              "(0: one program per sequence)", flush=True)
         for kind in KINDS:
             t_packed = bench(lambda: run_packed(kind, b))
             t_rows = bench(lambda: run_padded_rows(kind, x))
@@ -232,20 +244,22 @@ def timing(device) -> list:
             t_rows = bench(lambda: run_padded_rows("gae", x, exact=True))
             rows.append((label, "gae exact", tokens, p.S * p.L, t_packed, t_rows, None))
             print(f"  {label:40s} {'gae exact':20s} packed {t_packed:8.1f} us   padded op {t_rows:8.1f} us", flush=True)
-    # the packed tile length, and the software pipelining of its loads, at long sequences
-    b = make_batch([32768] * 64, device, seed=12)
-    sweep = []
-    for block, stages in ((512, None), (1024, None), (2048, None), (4096, None), (2048, 2), (2048, 3), (1024, 3)):
-        packed.FORCE_BLOCK, packed.FORCE_STAGES = block, stages
-        try:
-            sweep.append((block, stages, bench(lambda: run_packed("gae", b))))
-        except Exception as exc:  # noqa: BLE001 - a setting this GPU or Triton cannot run
-            sweep.append((block, stages, float("nan")))
-            print(f"  tile {block}, stages {stages}: {type(exc).__name__}: {str(exc)[:200]}")
-        finally:
-            packed.FORCE_BLOCK = packed.FORCE_STAGES = None
-    print("  packed gae at 64 x 32768 by (tile, pipeline stages): "
-          + ", ".join(f"({block}, {stages}): {t:.1f} us" for block, stages, t in sweep), flush=True)
+    # the packed settings: tile length, chunk length (0: one program per sequence), pipeline stages
+    for label, lengths in shapes[1:]:
+        b = make_batch(lengths, device, seed=12)
+        sweep = []
+        for block, chunk, stages in ((1024, 0, None), (2048, 0, None), (2048, 0, 3), (1024, 2048, None),
+                                     (1024, 4096, None), (2048, 4096, None), (2048, 8192, None), (2048, 4096, 3)):
+            packed.FORCE_BLOCK, packed.FORCE_CHUNK, packed.FORCE_STAGES = block, chunk, stages
+            try:
+                sweep.append((block, chunk, stages, bench(lambda: run_packed("gae", b))))
+            except Exception as exc:  # noqa: BLE001 - a setting this GPU or Triton cannot run
+                sweep.append((block, chunk, stages, float("nan")))
+                print(f"  tile {block}, chunk {chunk}, stages {stages}: {type(exc).__name__}: {str(exc)[:200]}")
+            finally:
+                packed.FORCE_BLOCK = packed.FORCE_CHUNK = packed.FORCE_STAGES = None
+        print(f"  packed gae at {label} by (tile, chunk, stages): "
+              + ", ".join(f"({block}, {chunk}, {stages}): {t:.1f} us" for block, chunk, stages, t in sweep), flush=True)
     return rows
 
 

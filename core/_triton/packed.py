@@ -25,6 +25,12 @@ Tiles are scanned as the masked GAE's row kernel scans them (``ops.gae.kernel``)
 as runs of consecutive tokens, flipped in registers into an axis that runs back in time,
 and scanned forward along it (Triton's reverse scan costs more shuffles).
 
+``chunk_kernel``: where the sequences are few for the GPU, each is cut into chunks of
+``CHUNK`` tokens walked by programs of their own, in two launches: each chunk composes its
+tokens into an affine map of the state and the next kept value after it, then each folds
+the maps of the chunks after it in its sequence into its carries and walks its tokens as
+above (the section "long sequences in chunks").
+
 ``exact_kernel``: one program per sequence, one token at a time in the padded loop's order,
 fused multiply-adds off, each step's arithmetic that of the sequential stripe kernel the
 padded op runs in exact mode (``stripe_scan``, ``STRIPES = STEPS = 1``): bit for bit the
@@ -57,6 +63,13 @@ OUTPUTS = {"gae": 2, "td_lambda": 1, "discounted_returns": 1, "kept_returns": 2}
 #: number of tiles whose loads Triton's software pipelining overlaps (``tl.range(num_stages=)``)
 FORCE_BLOCK: Optional[int] = None
 FORCE_STAGES: Optional[int] = None
+#: tests and tools only: the chunk length (a multiple of the tile's), 0 for one program per sequence
+FORCE_CHUNK: Optional[int] = None
+
+#: the chunk length where long sequences are split (``chunk_kernel``)
+CHUNK = 4096
+#: chunks where there are fewer sequences than this many per SM: their walks would leave SMs idle
+CHUNKS_BELOW_SEQUENCES_PER_SM = 2
 
 
 # ----------------------------------------------------------------------------- kernel pieces
@@ -123,36 +136,39 @@ def _gamma_lmbda(gamma, lmbda, scalars, GAMMA_BY: tl.constexpr, LMBDA_BY: tl.con
         return gamma * lmbda
 
 
-# ----------------------------------------------------------------------------- the tile kernel
+# ----------------------------------------------------------------------------- the tile kernels
 
 @triton.jit
-def scan_kernel(ins, outs, scalars, KIND: tl.constexpr, GAMMA_BY: tl.constexpr, LMBDA_BY: tl.constexpr,
-                ACC: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None):
-    """Sequence ``program_id(0)``, walked from its end in tiles of ``BLOCK`` tokens (``STAGES``:
-    Triton's software pipelining of the tiles' loads, ``tl.range(num_stages=)``).
-    ``ins = (R, V, M, TERM, BOOT, GAMMA, LMBDA, CU)``, ``outs = (OUT, OUT2, SUMS)``: GAE writes
-    ``Â`` and ``Â + V``, TD(λ) and the discounted return ``G``, the kept return ``G · m``;
-    with ``SUMS``, the kept ``Â`` (or ``G``) are counted, summed and squared into it."""
+def _then_with_edge(a_later, k_later, e_later, a_now, k_now, e_now):
+    """:func:`compose` of two reverse runs for ``(a, k)``, and for ``e``, a second offset
+    that the same ``k`` carries (the coefficient of ``W`` after a chunk)."""
+    return a_now + k_now * a_later, k_now * k_later, e_now + k_now * e_later
+
+
+@triton.jit
+def _walk(ins, outs, scalars, s, lo, hi, carry, w_after, count, total, squares, KIND: tl.constexpr,
+          GAMMA_BY: tl.constexpr, LMBDA_BY: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+          STAGES: tl.constexpr, SUMMARY: tl.constexpr):
+    """Tokens ``[lo, hi)`` of sequence ``s`` walked from ``hi`` in tiles of ``BLOCK`` (aligned
+    in the packed tensor), from the state ``carry`` after them and the next kept value
+    ``w_after`` (``W`` at ``hi``). Writes the outputs (and adds to the sums), or with
+    ``SUMMARY`` writes nothing and composes the range: returns ``(x, q, p, first)`` such that
+    the state before the range is ``x + p · carry + q · w_after`` for any ``carry`` and
+    ``w_after`` (``x`` computed with ``w_after = 0``, which the caller passes), and ``first``
+    the first kept position (``hi`` where none is)."""
     R, V, M, TERM, BOOT, GAMMA, LMBDA, CU = ins
     OUT, OUT2, SUMS = outs
-    s = tl.program_id(0)
-    start, end = _bounds(CU, s, WIDE)
-    boot = _bootstrap(BOOT, TERM, s, ACC)
-    if KIND == 1 or KIND == 2:
-        carry = tl.zeros([1], ACC) + boot  # G_end = W_end
-    else:
-        carry = tl.zeros([1], ACC)
-    after_tile = end  # the first kept position (or ``end``) after the tile
-    count = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], tl.int32)
-    total = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], ACC)
-    squares = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], ACC)
-    last_tile = (end - 1) // BLOCK  # end >= 1 where the sequence has a token
-    n_tiles = tl.where(end > start, last_tile - start // BLOCK + 1, 0)
+    after_tile = hi  # the first kept position (or hi) after the tile
+    first = hi
+    q = tl.zeros([1], ACC)
+    p = tl.full([1], 1, ACC)
+    last_tile = (hi - 1) // BLOCK  # hi >= 1 where the range holds a token
+    n_tiles = tl.where(hi > lo, last_tile - lo // BLOCK + 1, 0)
     for i in tl.range(n_tiles, num_stages=STAGES):
         base = (last_tile - i) * BLOCK
         t = base + (BLOCK // ROW_RUN - 1 - tl.arange(0, BLOCK // ROW_RUN)[:, None]) * ROW_RUN \
             + tl.arange(0, ROW_RUN)[None, :]
-        inside = (t >= start) & (t < end)
+        inside = (t >= lo) & (t < hi)
         r = tl.load(R + t, mask=inside, other=0).to(ACC)
         if M is not None:
             kept = (tl.load(M + t, mask=inside, other=0) != 0) & inside
@@ -163,39 +179,175 @@ def scan_kernel(ins, outs, scalars, KIND: tl.constexpr, GAMMA_BY: tl.constexpr, 
         w_next = r * 0
         lmbda = r * 0
         gamma_lmbda = gamma
+        nxt = t + 1
         if KIND == 0 or KIND == 1:
             lmbda = _coef(LMBDA, s, t, inside, LMBDA_BY, scalars[1], ACC)
             gamma_lmbda = _gamma_lmbda(gamma, lmbda, scalars, GAMMA_BY, LMBDA_BY, ACC)
             v = tl.load(V + t, mask=inside, other=0).to(ACC)
-            nxt = t + 1
             if M is not None:
-                # N_t: the next kept position after t (or end), a min-scan carried from the tile after
-                kept_next = (tl.load(M + nxt, mask=inside & (nxt < end), other=0) != 0) | (nxt == end)
-                mark = tl.where(kept_next & inside, nxt, end)
+                # N_t: the next kept position after t (or hi), a min-scan carried from the tile after
+                kept_next = (tl.load(M + nxt, mask=inside & (nxt < hi), other=0) != 0) | (nxt == hi)
+                mark = tl.where(kept_next & inside, nxt, hi)
                 after_t = tl.associative_scan(_backward_in_time(mark, BLOCK), 0, _smaller)
                 nxt = tl.minimum(_forward_in_time(after_t, BLOCK), after_tile)
                 after_tile = tl.minimum(after_tile, tl.min(tl.min(mark, axis=1), axis=0))
-            w_next = tl.load(V + nxt, mask=inside & (nxt < end), other=0).to(ACC)
-            w_next = tl.where(nxt == end, boot, w_next)
+            w_next = tl.load(V + nxt, mask=inside & (nxt < hi), other=0).to(ACC)
+            w_next = tl.where(nxt == hi, w_after, w_next)
         alpha, beta = _coefficients(r, v, w_next, kept, gamma, lmbda, gamma_lmbda, KIND)
-        a, k = tl.associative_scan((_backward_in_time(alpha, BLOCK), _backward_in_time(beta, BLOCK)), 0, compose)
-        A = a + k * carry
-        carry = _whole_tile(A, BLOCK)
-        A = _forward_in_time(A, BLOCK)
-        if KIND == 0:
-            tl.store(OUT + t, A, mask=inside)
-            tl.store(OUT2 + t, A + v, mask=inside)
-        elif KIND == 3:
-            A = tl.where(kept, A, 0)
-            tl.store(OUT + t, A, mask=inside)
+        if SUMMARY:
+            first = tl.minimum(first, tl.min(tl.min(tl.where(kept, t, hi), axis=1), axis=0))
+            # the last kept token's W_{t+1} is w_after: its coefficient there, carried as a third series
+            if KIND == 0:
+                edge = tl.where(kept & (nxt == hi), gamma, 0)
+            elif KIND == 1:
+                edge = tl.where(kept & (nxt == hi), gamma * (1 - lmbda), 0)
+            else:
+                edge = r * 0
+            a, k, e = tl.associative_scan((_backward_in_time(alpha, BLOCK), _backward_in_time(beta, BLOCK),
+                                           _backward_in_time(edge, BLOCK)), 0, _then_with_edge)
+            carry = _whole_tile(a + k * carry, BLOCK)
+            q = _whole_tile(e + k * q, BLOCK)
+            p = _whole_tile(k, BLOCK) * p
         else:
-            tl.store(OUT + t, A, mask=inside)
-        if SUMS is not None:
-            counted = tl.where(kept, A, 0)
-            count += kept.to(tl.int32)
-            total += counted
-            squares += counted * counted
-    _row_sums(SUMS, s % SUM_SLOTS, count, total, squares)
+            a, k = tl.associative_scan((_backward_in_time(alpha, BLOCK), _backward_in_time(beta, BLOCK)), 0,
+                                       compose)
+            A = a + k * carry
+            carry = _whole_tile(A, BLOCK)
+            A = _forward_in_time(A, BLOCK)
+            if KIND == 0:
+                tl.store(OUT + t, A, mask=inside)
+                tl.store(OUT2 + t, A + v, mask=inside)
+            elif KIND == 3:
+                A = tl.where(kept, A, 0)
+                tl.store(OUT + t, A, mask=inside)
+            else:
+                tl.store(OUT + t, A, mask=inside)
+            if SUMS is not None:
+                counted = tl.where(kept, A, 0)
+                count += kept.to(tl.int32)
+                total += counted
+                squares += counted * counted
+    return carry, q, p, first, count, total, squares
+
+
+@triton.jit
+def _start_state(boot, KIND: tl.constexpr, ACC: tl.constexpr):
+    """The state after a sequence's last token: ``G_end = W_end`` for TD(λ) and the discounted
+    return, 0 for GAE and the kept return."""
+    if KIND == 1 or KIND == 2:
+        return tl.zeros([1], ACC) + boot
+    else:
+        return tl.zeros([1], ACC)
+
+
+@triton.jit
+def scan_kernel(ins, outs, scalars, KIND: tl.constexpr, GAMMA_BY: tl.constexpr, LMBDA_BY: tl.constexpr,
+                ACC: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None):
+    """Sequence ``program_id(0)``, walked from its end in tiles of ``BLOCK`` tokens (``STAGES``:
+    Triton's software pipelining of the tiles' loads, ``tl.range(num_stages=)``).
+    ``ins = (R, V, M, TERM, BOOT, GAMMA, LMBDA, CU)``, ``outs = (OUT, OUT2, SUMS)``: GAE writes
+    ``Â`` and ``Â + V``, TD(λ) and the discounted return ``G``, the kept return ``G · m``;
+    with ``SUMS``, the kept ``Â`` (or ``G``) are counted, summed and squared into it."""
+    s = tl.program_id(0)
+    start, end = _bounds(ins[7], s, WIDE)
+    boot = _bootstrap(ins[4], ins[3], s, ACC)
+    count = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], tl.int32)
+    total = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], ACC)
+    squares = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], ACC)
+    _, _, _, _, count, total, squares = _walk(ins, outs, scalars, s, start, end, _start_state(boot, KIND, ACC), boot,
+                                              count, total, squares, KIND, GAMMA_BY, LMBDA_BY, ACC, BLOCK, STAGES,
+                                              False)
+    _row_sums(outs[2], s % SUM_SLOTS, count, total, squares)
+
+
+# ----------------------------------------------------------------------------- long sequences in chunks
+#
+# A sequence longer than a chunk (``CHUNK`` tokens, chunks aligned in the packed tensor) is
+# walked by one program per chunk, in two launches. ``PHASE=1``: each chunk but a sequence's
+# first composes its tokens into ``(x, p, q, y, c)``: the state before it is ``x + p·A + q·W``
+# and the next kept value before it ``y + c·W``, for the state ``A`` and next kept value
+# ``W`` after it. ``PHASE=2``: each chunk folds the compositions of the chunks after it in its
+# sequence into its ``(A, W)``, then walks its tokens and writes. ``work_kernel`` numbers
+# the chunks first (``OFF[s]``: the first chunk of sequence ``s``), with no synchronisation:
+# the launches cover at most ``S + cdiv(total, CHUNK)`` chunks, and the programs past the
+# last do nothing.
+
+@triton.jit(do_not_specialize=["S"])
+def work_kernel(CU, OFF, S, CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, WIDE: tl.constexpr):
+    """``OFF[0] = 0``, ``OFF[s + 1] = OFF[s] +`` the number of chunks sequence ``s`` touches."""
+    done = tl.zeros([], tl.int32)
+    tl.store(OFF, done)
+    for base in range(0, S, BLOCK_S):
+        s = base + tl.arange(0, BLOCK_S)
+        inside = s < S
+        if WIDE:
+            start = tl.load(CU + s, mask=inside, other=0).to(tl.int64)
+            end = tl.load(CU + s + 1, mask=inside, other=0).to(tl.int64)
+        else:
+            start = tl.load(CU + s, mask=inside, other=0).to(tl.int32)
+            end = tl.load(CU + s + 1, mask=inside, other=0).to(tl.int32)
+        n = tl.where(inside & (end > start), (tl.maximum(end, 1) - 1) // CHUNK - start // CHUNK + 1, 0).to(tl.int32)
+        tl.store(OFF + s + 1, tl.cumsum(n, 0) + done, mask=inside)
+        done += tl.sum(n)
+
+
+@triton.jit(do_not_specialize=["S"])
+def chunk_kernel(ins, outs, scalars, OFF, PARTS, S, KIND: tl.constexpr, GAMMA_BY: tl.constexpr,
+                 LMBDA_BY: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr,
+                 CHUNK: tl.constexpr, PHASE: tl.constexpr, STAGES: tl.constexpr = None):
+    """Chunk ``program_id(0)`` of the numbering ``OFF``; ``PARTS``: ``[chunks, 5]`` in ``ACC``,
+    each chunk's ``(x, p, q, y, c)``."""
+    V = ins[1]
+    chunk = tl.program_id(0)
+    count = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], tl.int32)
+    total = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], ACC)
+    squares = tl.zeros([BLOCK // ROW_RUN, ROW_RUN], ACC)
+    if chunk < tl.load(OFF + S):
+        # the sequence: the last s with OFF[s] <= chunk (a binary search)
+        lo_s = tl.zeros([], tl.int32)
+        hi_s = tl.zeros([], tl.int32) + S
+        while hi_s - lo_s > 1:
+            mid = (lo_s + hi_s) // 2
+            below = tl.load(OFF + mid) <= chunk
+            lo_s = tl.where(below, mid, lo_s)
+            hi_s = tl.where(below, hi_s, mid)
+        s = lo_s
+        start, end = _bounds(ins[7], s, WIDE)
+        first_chunk = tl.load(OFF + s)
+        last_chunk = tl.load(OFF + s + 1) - 1
+        j = (start // CHUNK + (chunk - first_chunk)).to(start.dtype)
+        lo = tl.maximum(start, j * CHUNK)
+        hi = tl.minimum(end, (j + 1) * CHUNK)
+        if PHASE == 1:
+            if chunk > first_chunk:  # a sequence's first chunk: no chunk before it reads its composition
+                x, q, p, first, _, _, _ = _walk(ins, outs, scalars, s, lo, hi, tl.zeros([1], ACC),
+                                                tl.zeros([], ACC), count, total, squares, KIND, GAMMA_BY,
+                                                LMBDA_BY, ACC, BLOCK, STAGES, True)
+                none_kept = first == hi
+                y = tl.zeros([1], ACC)
+                if KIND == 0 or KIND == 1:
+                    y += tl.load(V + first + tl.arange(0, 1), mask=(tl.arange(0, 1) == 0) & ~none_kept,
+                                 other=0).to(ACC)
+                c = tl.zeros([1], ACC) + none_kept.to(ACC)
+                part = PARTS + chunk.to(tl.int64) * 5 + tl.arange(0, 1)
+                tl.store(part, x)
+                tl.store(part + 1, p)
+                tl.store(part + 2, q)
+                tl.store(part + 3, y)
+                tl.store(part + 4, c)
+        else:
+            boot = _bootstrap(ins[4], ins[3], s, ACC)
+            A = _start_state(boot, KIND, ACC)
+            W = tl.zeros([1], ACC) + boot
+            for i in range(last_chunk - chunk):
+                part = PARTS + (last_chunk - i).to(tl.int64) * 5 + tl.arange(0, 1)
+                A = tl.load(part) + tl.load(part + 1) * A + tl.load(part + 2) * W
+                W = tl.load(part + 3) + tl.load(part + 4) * W
+            w_after = tl.sum(W, axis=0)
+            _, _, _, _, count, total, squares = _walk(ins, outs, scalars, s, lo, hi, A, w_after, count, total,
+                                                      squares, KIND, GAMMA_BY, LMBDA_BY, ACC, BLOCK, STAGES, False)
+    if PHASE == 2:
+        _row_sums(outs[2], chunk % SUM_SLOTS, count, total, squares)
 
 
 # ----------------------------------------------------------------------------- the exact kernel
@@ -266,8 +418,29 @@ def _tile(total: int, S: int) -> tuple:
     return block, min(4, max(1, block // 256))
 
 
+_SM_COUNT: dict = {}
+
+
+def _chunk(N: int, S: int, block: int, device: torch.device) -> int:
+    """The chunk length to split sequences into, or 0 for one program per sequence: chunks
+    where the sequences are fewer than ``CHUNKS_BELOW_SEQUENCES_PER_SM`` per SM (then one
+    program per sequence would leave SMs idle, or wait on its longest sequence)."""
+    chunk = FORCE_CHUNK
+    if chunk is None:
+        if interpreting() or device.type != "cuda":
+            return 0
+        if device.index not in _SM_COUNT:
+            _SM_COUNT[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+        chunk = CHUNK if S < CHUNKS_BELOW_SEQUENCES_PER_SM * _SM_COUNT[device.index] else 0
+    return -(-chunk // block) * block if chunk else 0
+
+
 def _flags(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return x.view(torch.uint8) if x is not None and x.dtype == torch.bool else x
+
+
+def acc_is_64(compute_dtype: torch.dtype) -> bool:
+    return compute_dtype == torch.float64
 
 
 def _coef_arg(x, S: int) -> tuple:
@@ -328,8 +501,22 @@ def launch(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values
                     device.index)
         else:
             block, warps = _tile(N, S)
-            _launch(sig + (block, FORCE_STAGES), scan_kernel, (S, 1, 1), (ins, outs, scalars),
-                    dict(common, BLOCK=block, STAGES=FORCE_STAGES), warps, device.index)
+            chunk = _chunk(N, S, block, device)
+            if not chunk:
+                _launch(sig + (block, FORCE_STAGES), scan_kernel, (S, 1, 1), (ins, outs, scalars),
+                        dict(common, BLOCK=block, STAGES=FORCE_STAGES), warps, device.index)
+            else:
+                n_chunks = S + triton.cdiv(N, chunk)  # at least the chunks the sequences touch
+                off = torch.empty(S + 1, dtype=torch.int32, device=device)
+                parts = torch.empty(5 * n_chunks, dtype=torch.float64 if acc_is_64(compute_dtype) else torch.float32,
+                                    device=device)
+                _launch(("work", chunk, wide, device.index, _where(cu_seqlens)), work_kernel, (1, 1, 1),
+                        (cu_seqlens, off, S), dict(CHUNK=chunk, BLOCK_S=1024, WIDE=wide), 4, device.index)
+                for phase in (1, 2):
+                    _launch(sig + (block, FORCE_STAGES, chunk, phase), chunk_kernel, (n_chunks, 1, 1),
+                            (ins, outs, scalars, off, parts, S),
+                            dict(common, BLOCK=block, CHUNK=chunk, PHASE=phase, STAGES=FORCE_STAGES), warps,
+                            device.index)
     return new, stats
 
 
