@@ -33,7 +33,9 @@ fp64), ``backward`` (the fused backward kernels), ``exact``, ``deterministic`` (
 ``torch.use_deterministic_algorithms``), ``forced`` (settings only tests and benchmarks
 force), ``wide`` (64-bit offsets), ``masked`` (the step-skip mask: GAE's one pass with the
 whitening's sums, its two scans, TD(λ), discounted returns, and ``masked_whiten``'s kernels;
-retrace_from_q's table prologue is compiled wherever that op runs).
+retrace_from_q's table prologue is compiled wherever that op runs), ``packed`` (packed sequences,
+``cu_seqlens``: each op's tile kernel at each tile length, its exact kernel, the mask dtypes,
+the coefficients' forms, float64, 64-bit positions, and the whitening of its sums).
 Compiled kernels are cached by Triton (``TRITON_CACHE_DIR``), so a rerun compiles only what changed.
 """
 from __future__ import annotations
@@ -264,7 +266,89 @@ def run_masked(compiler, size: str) -> None:
                              dict(SHIFT=True, TIMES_MASK=times_mask, SLOTS=slots, BLOCK=W.BLOCK, ACC=acc, num_warps=8))
 
 
-GROUPS = ("forward", "dtypes", "backward", "exact", "deterministic", "forced", "wide", "masked")
+def packed_calls() -> dict:
+    """The packed sequences' kernel launches (``rlscan._triton.packed.launch``): each op in
+    tile and exact mode, and around GAE, each tile length (the mean sequence length picks
+    it), mask dtype, coefficient form, dtype and 64-bit positions."""
+    from rlscan._triton import packed
+
+    def batch(S=64, mean=2048, dtype=torch.float32, values=torch.bfloat16, mask=torch.bool, cu=torch.int32):
+        N = S * mean
+        return dict(cu_seqlens=torch.zeros(S + 1, dtype=cu), rewards=torch.empty(N, dtype=dtype),
+                    values=torch.empty(N, dtype=values), mask=None if mask is None else torch.ones(N, dtype=mask),
+                    terminated=torch.zeros(S, dtype=torch.bool), bootstrap_value=torch.empty(S, dtype=dtype),
+                    compute_dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+
+    calls = {}
+    for kind in packed.KINDS:
+        for exact in (False, True):
+            sums = kind == "kept_returns" or (kind == "gae" and not exact)
+            calls[f"{kind} {'exact' if exact else 'tiles'}"] = (
+                kind, dict(batch(), gamma=0.99, lmbda=0.95, exact=exact, sums=sums))
+    S = 64
+    for mean in (128, 512, 1024):
+        calls[f"gae tiles of {mean}"] = ("gae", dict(batch(mean=mean), gamma=0.99, lmbda=0.95))
+    calls["gae no mask"] = ("gae", dict(batch(mask=None), gamma=0.99, lmbda=0.95))
+    calls["gae int64 mask, int64 offsets"] = ("gae", dict(batch(mask=torch.int64, cu=torch.int64), gamma=0.99,
+                                                          lmbda=0.95))
+    calls["gae float mask, fp32 values"] = ("gae", dict(batch(mask=torch.float32, values=torch.float32), gamma=0.99,
+                                                        lmbda=0.95))
+    calls["gae gamma per sequence, lmbda per token"] = ("gae", dict(batch(), gamma=torch.full((S,), 0.99),
+                                                                    lmbda=torch.full((S * 2048,), 0.95)))
+    calls["td_lambda gamma per token"] = ("td_lambda", dict(batch(), gamma=torch.full((S * 2048,), 0.99), lmbda=0.95))
+    calls["gae float64"] = ("gae", dict(batch(dtype=torch.float64, values=torch.float64), gamma=0.99, lmbda=0.95,
+                                        sums=True))
+    calls["gae float64 exact"] = ("gae", dict(batch(dtype=torch.float64, values=torch.float64), gamma=0.99,
+                                              lmbda=0.95, exact=True))
+    calls["discounted_returns float64"] = ("discounted_returns", dict(batch(dtype=torch.float64), gamma=0.99))
+    calls["gae 64-bit positions"] = ("gae", dict(batch(), gamma=0.99, lmbda=0.95, wide=True))
+    calls["gae pipelined (tools/packed_gpu.py's sweep)"] = ("gae", dict(batch(), gamma=0.99, lmbda=0.95, stages=3))
+    for kind in packed.KINDS:  # long sequences in chunks: the numbering and both phases
+        calls[f"{kind} in chunks"] = (kind, dict(batch(), gamma=0.99, lmbda=0.95, sums=kind in ("gae", "kept_returns"),
+                                                 chunk=packed.CHUNK))
+    calls["gae in chunks, float64, no mask"] = ("gae", dict(batch(dtype=torch.float64, mask=None), gamma=0.99,
+                                                            lmbda=0.95, chunk=packed.CHUNK))
+    calls["td_lambda in chunks, tensor coefficients, 64-bit"] = (
+        "td_lambda", dict(batch(), gamma=torch.full((S,), 0.99), lmbda=torch.full((S * 2048,), 0.95),
+                          chunk=packed.CHUNK, wide=True))
+    return calls
+
+
+def run_packed(compiler) -> None:
+    """The packed sequences' kernels (every call), and the whitening from their sums."""
+    import triton.language as tl
+
+    from rlscan._triton import packed
+    from rlscan._triton import whiten as W
+
+    compiler.always, compiler.cfg = True, None
+    reaches_far = packed.reaches_far
+    try:
+        for name, (kind, kwargs) in packed_calls().items():
+            compiler.case = f"packed {name}"
+            wide = kwargs.pop("wide", False)
+            packed.FORCE_STAGES = kwargs.pop("stages", None)
+            packed.FORCE_CHUNK = kwargs.pop("chunk", 0)
+            packed.reaches_far = (lambda N: True) if wide else reaches_far
+            _cache.clear()
+            try:
+                packed.launch(kind, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a call that fails before compiling
+                compiler.failures.append(f"{compiler.case}: {type(exc).__name__}: {str(exc)[:300]}")
+    finally:
+        packed.reaches_far, packed.FORCE_STAGES, packed.FORCE_CHUNK = reaches_far, None, None
+    sums = torch.zeros(3, 64, dtype=torch.float64)
+    for dtype, acc in ((torch.float32, tl.float32), (torch.float64, tl.float64)):
+        x = torch.empty(5000, dtype=dtype)
+        for mask in (None, torch.ones(5000, dtype=torch.uint8), torch.ones(5000, dtype=torch.int64),
+                     torch.ones(5000)):
+            compiler.case = f"packed whitening {dtype} mask {None if mask is None else mask.dtype}"
+            compiler.compile(W.apply, (2,), (x, x, sums, x if mask is None else mask, 5000, L.split(1e-8)),
+                             dict(SHIFT=True, TIMES_MASK=mask is not None, SLOTS=64, BLOCK=W.BLOCK, ACC=acc,
+                                  num_warps=8))
+
+
+GROUPS = ("forward", "dtypes", "backward", "exact", "deterministic", "forced", "wide", "masked", "packed")
 
 
 class Compiler:
@@ -330,11 +414,13 @@ class Compiler:
 def as_on_gpu(compiler: Compiler):
     """Calls plan launches as on a GPU of ``compiler``'s target, compiling instead of launching."""
     import rlscan.whiten
+    from rlscan._triton import packed
     from rlscan.ops.gae import one_pass
     from rlscan.ops.retrace import table
 
     choose, call, path_for = L.choose_configs, L.LaunchPlan.__call__, _backend.path_for
     prologue, whitening, rows = table.TablePlan._launch, rlscan.whiten.apply_whitening, one_pass._launch_rows
+    packed_launch = packed._launch
     sm = dict(L._SM_COUNT)
     L._SM_COUNT[0] = compiler.n_sm
     L.choose_configs = lambda T, B, tc, exact, device, *a, **k: choose(T, B, tc, exact, torch.device("cuda", 0), *a,
@@ -352,12 +438,14 @@ def as_on_gpu(compiler: Compiler):
 
     table.TablePlan._launch = compile_prologue
     one_pass._launch_rows = compile_rows
+    packed._launch = compile_rows  # the packed sequences' kernels (same arguments)
     rlscan.whiten.apply_whitening = lambda x, sums, **kw: x  # launches directly; run_masked compiles it
     try:
         yield
     finally:
         L.choose_configs, L.LaunchPlan.__call__, _backend.path_for = choose, call, path_for
         table.TablePlan._launch, rlscan.whiten.apply_whitening, one_pass._launch_rows = prologue, whitening, rows
+        packed._launch = packed_launch
         L._SM_COUNT.clear()
         L._SM_COUNT.update(sm)
 
@@ -398,7 +486,7 @@ def main(argv=None) -> int:
     if "wide" in (opts.group or ()):
         L._reach = lambda x: 2**31  # every launch takes its 64-bit offset path (inputs past 2**31 elements)
     groups = opts.group or [g for g in GROUPS if g != "wide"]
-    specs = [s for g in groups if g != "masked" for s in matrix(g, opts.matrix)]
+    specs = [s for g in groups if g not in ("masked", "packed") for s in matrix(g, opts.matrix)]
     report = dict(triton=triton.__version__, torch=torch.__version__, matrix=opts.matrix, groups=groups, targets={})
     failed = 0
     for target in opts.target or sorted(TARGETS, reverse=True):
@@ -413,6 +501,8 @@ def main(argv=None) -> int:
                     compiler.failures.append(f"{compiler.case}: {type(exc).__name__}: {str(exc)[:300]}")
             if "masked" in groups and not opts.list:
                 run_masked(compiler, opts.matrix)
+            if "packed" in groups and not opts.list:
+                run_packed(compiler)
         wall = time.perf_counter() - start
         failed += len(compiler.failures)
         report["targets"][target] = dict(calls=len(specs), kernels=len(compiler.done), settings=sorted(compiler.settings),
