@@ -90,6 +90,23 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
                                whiten=whiten))
 
 
+def _sharded(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, group, exact,
+             out):
+    """``sequence_sharded=True``: this rank's chunk of sequences split across ``group``."""
+    if group is None:
+        raise ValueError("sequence_sharded=True needs group=, the process group whose ranks hold the sequences' chunks")
+    if next_values is not None or truncated is not None:
+        raise ValueError("gae: sequence_sharded=True takes neither next_values nor truncated (the value after a chunk "
+                         "is the next rank's; mark ends with terminated, or skip steps with mask)")
+    if whiten and mask is None:
+        raise ValueError("gae: whiten=True needs mask= (the advantages are standardised over the kept steps)")
+    if mask is not None:
+        mask = _skip.check_mask(call, "gae", mask, None, None, values=False)  # the 0/1 check goes through the group
+    from . import sharded
+
+    return GAEOutput(*sharded.run(call, values, mask, bootstrap_value, terminated, g, lam, whiten, group, exact, out))
+
+
 @fast_path
 def gae(
     rewards,
@@ -102,6 +119,7 @@ def gae(
     mask=None,
     whiten=False,
     group=None,
+    sequence_sharded=False,
     gamma=0.99,
     lmbda=0.95,
     time_dim=0,
@@ -141,6 +159,15 @@ def gae(
             whitened with the statistics of every rank's kept steps
             (``masked_whiten(..., group=group)``, one all-reduce of three scalars, after
             the scan). Every rank of the group must call.
+        sequence_sharded: with ``group``, each rank holds a contiguous chunk of every
+            sequence, in rank order along ``time_dim`` (rank 0 the first steps; chunks may
+            differ in length between ranks, or be empty), and gets the advantages of its
+            chunk of the whole sequences. ``bootstrap_value`` is read on the last rank only.
+            One ``all_gather`` of a few scalars per sequence, independent of the length
+            (with ``exact=True``: the exact carries passed rank to rank from the last,
+            2 scalars per sequence per hop, the ranks one after another; bit for bit the
+            unsplit result). See :mod:`rlscan.ops.gae.sharded`. Not with ``next_values``
+            or ``truncated``.
         gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
         time_dim: the time axis.
         exact: evaluate one step at a time in the loop's order (bit for bit the
@@ -154,15 +181,21 @@ def gae(
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values, required=True)
+    sequence_sharded = check_bool("sequence_sharded", sequence_sharded)
+    # sharded, the bootstrap is the last rank's: its absence there is reported through the group
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
-        "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None)
+        "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None and not sequence_sharded)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     whiten = check_bool("whiten", whiten)
     exact = check_bool("exact", exact)  # the row loops answer before call.run would check it
+    if sequence_sharded:
+        return _sharded(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten,
+                        group, exact, out)
     if group is not None:
         if not whiten or mask is None:
-            raise ValueError("gae: group= is the process group of the whitening: it needs whiten=True and mask=")
+            raise ValueError("gae: group= is the process group of the whitening (it needs whiten=True and mask=) "
+                             "or of the sequences' chunks (sequence_sharded=True)")
         from ...whiten import masked_whiten
 
         adv, ret = _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, False,
