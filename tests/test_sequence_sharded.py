@@ -13,6 +13,7 @@ or no bootstrap on the last rank without a mask, raises without leaving a rank w
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback
@@ -76,12 +77,17 @@ def _call(rlscan, dist, tensors, kind: str, exact: bool, group, time_first: bool
         kw["whiten"] = True
     if group is not None:
         kw.update(group=group, sequence_sharded=True)
+        if kind == "out":  # written into, and returned
+            kw["out"] = (torch.full_like(r, math.nan), torch.full_like(r, math.nan))
     if time_first:
         flip = (lambda x: x if x is None or x.dim() < 2 else x.t())
         kw = {k: flip(x) if isinstance(x, torch.Tensor) else x for k, x in kw.items()}
         adv, ret = rlscan.gae(r.t(), v.t(), time_dim=0, **kw)
         return adv.t(), ret.t()
-    return rlscan.gae(r, v, time_dim=-1, **kw)
+    got = rlscan.gae(r, v, time_dim=-1, **kw)
+    if "out" in kw:
+        assert got[0] is kw["out"][0] and got[1] is kw["out"][1]
+    return got
 
 
 def _case(rank: int, world: int, case: tuple) -> None:
@@ -185,6 +191,7 @@ def _cases(cuts_of):
             for T in (40, 400):  # the bytes sent are the same
                 cases.append((kind, exact, T, cuts_of(T), False))
         cases.append(("masked", exact, 40, cuts_of(40), True))
+        cases.append(("out", exact, 40, cuts_of(40), False))
         cases.append(("bad_mask", exact, 40, cuts_of(40), False))
         cases.append(("bad_mask_whiten", exact, 40, cuts_of(40), False))
     cases.append(("no_bootstrap", False, 40, cuts_of(40), False))
@@ -211,5 +218,7 @@ def test_sequence_sharded_is_refused_without_a_group():
     with pytest.raises(ValueError, match="takes neither next_values nor truncated"):
         rlscan.gae(torch.randn(2, 4), torch.randn(2, 4), next_values=torch.randn(2, 4), group=object(),
                    sequence_sharded=True, time_dim=-1)
+    with pytest.raises(ValueError, match="sequence_sharded=True is not differentiable"):
+        rlscan.gae(torch.randn(2, 4, requires_grad=True), torch.randn(2, 4), group=object(), sequence_sharded=True)
     with pytest.raises(TypeError, match="sequence_sharded"):
         rlscan.gae(torch.randn(2, 4), torch.randn(2, 4), bootstrap_value=torch.randn(2), sequence_sharded="yes")

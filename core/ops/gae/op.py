@@ -100,6 +100,9 @@ def _sharded(call, values, bootstrap_value, terminated, truncated, next_values, 
                          "is the next rank's; mark ends with terminated, or skip steps with mask)")
     if whiten and mask is None:
         raise ValueError("gae: whiten=True needs mask= (the advantages are standardised over the kept steps)")
+    if any(x is not None and x.requires_grad for x in (call.anchor, values, bootstrap_value, g.tensor, lam.tensor)):
+        raise ValueError("gae: sequence_sharded=True is not differentiable: pass tensors that do not require grad "
+                         "(detach them)")
     if mask is not None:
         mask = _skip.check_mask(call, "gae", mask, None, None, values=False)  # the 0/1 check goes through the group
     from . import sharded
