@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from ... import _cpu_rows
 from ..._call import Call, _compiling
 from .. import _skip
 from ..linear_scan import linear_scan
@@ -68,19 +70,18 @@ def run(call: Call, values, mask, bootstrap_value, terminated, g, lam, whiten: b
         problem = _MASK_VALUES  # reported through the exchange, so that no rank is left waiting
     elif mask is None and last_rank and bootstrap_value is None:
         problem = _NO_BOOTSTRAP
-    chunk = _Chunk(call, values, mask, terminated, g, lam, exact)
+    chunk = _Rows.of(call, values, mask, terminated, g, lam) or _Chunk(call, values, mask, terminated, g, lam, exact)
     boot = torch.zeros(chunk.batch, dtype=torch.float64, device=call.device)
     if last_rank and bootstrap_value is not None:
         boot = bootstrap_value.reshape(-1).to(torch.float64)
     if exact:
-        adv, problem = _chain(dist, group, rank, world, chunk, boot, problem)
+        (adv, ret), problem = _chain(dist, group, rank, world, chunk, boot, problem)
         if problem == _NO_BOOTSTRAP or (problem == _MASK_VALUES and not whiten):
             _raise(problem)  # with whiten, the whitening's all-reduce makes every rank raise
     else:
-        adv, problem = _gathered(dist, group, rank, world, chunk, boot, problem)
+        (adv, ret), problem = _gathered(dist, group, rank, world, chunk, boot, problem)
         if problem != _FINE:
             _raise(problem)
-    ret = adv + chunk.v
     dtype = call.result_dtype
     adv, ret = (x.to(dtype).movedim(-1, call.time_dim) for x in (adv, ret))
     if whiten:
@@ -176,18 +177,72 @@ class _Chunk:
         c = torch.where(self.has.reshape(-1), gnu * before.reshape(-1), 0)
         return (a.reshape(-1).to(f64), k.reshape(-1), c, self.first_value.to(f64), self.has.reshape(-1).to(f64))
 
-    def finish(self, a_in: torch.Tensor, w_in: torch.Tensor) -> torch.Tensor:
-        """``Â`` over the chunk from the carries (flattened batch, float64): ``α_L`` with ``W_in``
-        in the loop's arithmetic, and the scan from ``A_in``."""
+    def finish(self, a_in: torch.Tensor, w_in: torch.Tensor) -> tuple:
+        """``(Â, R, Â_0, W)`` from the carries (flattened batch, float64): ``α_L`` with ``W_in`` in
+        the loop's arithmetic, and the scan from ``A_in``; ``Â_0`` (``A_in`` on an empty chunk)
+        and ``W``, the first kept value (``W_in`` where none), for the previous rank."""
         cd = self.r.dtype
+        w_out = torch.where(self.has.reshape(-1), self.first_value.to(w_in.dtype), w_in)
         a_in, w_in = a_in.to(cd).reshape(self.shape[:-1]), w_in.to(cd).reshape(self.shape[:-1] + (1,))
         if not self.T:
-            return torch.empty(self.shape, dtype=cd, device=self.r.device)
+            adv = torch.empty(self.shape, dtype=cd, device=self.r.device)
+            return adv, adv + self.v, a_in.reshape(-1).to(w_out.dtype), w_out
         at = (lambda x: x.expand(self.shape).gather(-1, self.L))
         alpha_L = self._delta(at(self.r), at(self.g), w_in, None if self.nu is None else at(self.nu), at(self.v))
         alpha_L = torch.where(self.has.unsqueeze(-1), alpha_L, at(self.alpha))
         self.alpha.scatter_(-1, self.L, alpha_L)
-        return linear_scan(self.alpha, self.beta, reverse=True, initial=a_in, time_dim=-1, exact=self.exact)
+        adv = linear_scan(self.alpha, self.beta, reverse=True, initial=a_in, time_dim=-1, exact=self.exact)
+        return adv, adv + self.v, adv[..., 0].reshape(-1).to(w_out.dtype), w_out
+
+
+class _Rows:
+    """A chunk of ``[B, T]`` rows contiguous in time on the CPU path, with float ``γ`` and ``λ``:
+    the compiled loops of :mod:`.sharded_cpu`, which read the inputs in place (one pass to
+    reduce, one to finish)."""
+
+    @staticmethod
+    def of(call: Call, values, mask, terminated, g, lam):
+        """The chunk as rows, or ``None`` where the loops do not apply."""
+        if call.device.type != "cpu" or g.tensor is not None or lam.tensor is not None:
+            return None
+        if not _cpu_rows.readable((call.anchor, values), () if mask is None else (mask,)) or (
+                terminated is not None and not _cpu_rows.readable((), (terminated,))):
+            return None
+        rows = [None if x is None else _cpu_rows.rows_of(x, call.time_dim)
+                for x in (call.anchor, values, mask, terminated)]
+        if any(x is None and given is not None for x, given in zip(rows, (call.anchor, values, mask, terminated))):
+            return None
+        return _Rows(call, rows, g.value, lam.value)
+
+    def __init__(self, call: Call, rows, gamma: float, lmbda: float):
+        cd = call.compute_dtype
+        self.np_dtype = np.float64 if cd == torch.float64 else np.float32
+        self.r = rows[0]
+        self.cd = cd
+        self.arrays = [None if x is None else _cpu_rows.array(x) for x in rows]
+        self.scalars = (self.np_dtype(gamma), self.np_dtype(gamma * lmbda), self.np_dtype(1))
+        self.batch, self.T = self.r.shape
+
+    def _run(self, loop, name: str, *args):
+        key = (name, _cpu_rows.signature(*self.arrays, *[a for a in args if isinstance(a, np.ndarray)]))
+        _cpu_rows.run(loop, key, (self.batch, self.r.numel()), *self.arrays, *self.scalars, *args)
+
+    def reduce(self):
+        from .sharded_cpu import reduce_rows_loop
+
+        out = np.empty((5, self.batch))
+        self._run(reduce_rows_loop, "gae_sharded_reduce", out)
+        return tuple(torch.from_numpy(out))
+
+    def finish(self, a_in: torch.Tensor, w_in: torch.Tensor) -> tuple:
+        from .sharded_cpu import finish_rows_loop
+
+        adv, ret = (torch.empty(self.r.shape, dtype=self.cd) for _ in range(2))
+        carries = np.empty((2, self.batch))
+        a_in, w_in = (x.to(self.cd).numpy() for x in (a_in, w_in))
+        self._run(finish_rows_loop, "gae_sharded_finish", a_in, w_in, adv.numpy(), ret.numpy(), carries)
+        a_out, w_out = torch.from_numpy(carries)
+        return adv, ret, a_out, w_out
 
 
 def _gathered(dist, group, rank: int, world: int, chunk: _Chunk, boot, problem: float):
@@ -200,14 +255,14 @@ def _gathered(dist, group, rank: int, world: int, chunk: _Chunk, boot, problem: 
     dist.all_gather(every, mine, group=group)
     problem = max(float(x[-1]) for x in every)
     if problem != _FINE:
-        return None, problem
+        return (None, None), problem
     a_in = torch.zeros(n, dtype=torch.float64, device=boot.device)
     w_in = every[world - 1][5 * n:6 * n]
     for j in range(world - 1, rank, -1):
         a, k, c, first, has = every[j][:5 * n].view(5, n)
         a_in = a + k * a_in + c * w_in
         w_in = torch.where(has != 0, first, w_in)
-    return chunk.finish(a_in, w_in), problem
+    return chunk.finish(a_in, w_in)[:2], problem
 
 
 def _chain(dist, group, rank: int, world: int, chunk: _Chunk, boot, problem: float):
@@ -222,10 +277,9 @@ def _chain(dist, group, rank: int, world: int, chunk: _Chunk, boot, problem: flo
         problem = max(problem, float(carried[-1]))
     else:
         a_in, w_in = torch.zeros(n, dtype=torch.float64, device=boot.device), boot
-    adv = chunk.finish(a_in, w_in)
+    adv, ret, a_out, w_out = chunk.finish(a_in, w_in)
     if rank > 0:
-        first = adv[..., 0].reshape(-1).to(torch.float64) if chunk.T else a_in
-        w_out = torch.where(chunk.has.reshape(-1), chunk.first_value.to(torch.float64), w_in)
-        sent = torch.cat([first, w_out, torch.tensor([problem], dtype=torch.float64, device=boot.device)])
+        sent = torch.cat([a_out.to(torch.float64), w_out.to(torch.float64),
+                          torch.tensor([problem], dtype=torch.float64, device=boot.device)])
         dist.send(sent, dst=dist.get_global_rank(group, rank - 1), group=group)
-    return adv, problem
+    return (adv, ret), problem
