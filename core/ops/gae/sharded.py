@@ -225,7 +225,8 @@ class _Rows:
 
     def _run(self, loop, name: str, *args):
         key = (name, _cpu_rows.signature(*self.arrays, *[a for a in args if isinstance(a, np.ndarray)]))
-        _cpu_rows.run(loop, key, (self.batch, self.r.numel()), *self.arrays, *self.scalars, *args)
+        groups = -(-self.batch // _cpu_rows.ROWS_AT_ONCE)
+        _cpu_rows.run(loop, key, (groups, self.r.numel()), *self.arrays, *self.scalars, *args)
 
     def reduce(self):
         from .sharded_cpu import reduce_rows_loop
