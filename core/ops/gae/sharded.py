@@ -238,7 +238,7 @@ class _Rows:
     def finish(self, a_in: torch.Tensor, w_in: torch.Tensor) -> tuple:
         from .sharded_cpu import finish_rows_loop
 
-        adv, ret = (torch.empty(self.r.shape, dtype=self.cd) for _ in range(2))
+        adv, ret = (_cpu_rows.new_rows(self.r, self.cd) for _ in range(2))
         carries = np.empty((2, self.batch))
         a_in, w_in = (x.to(self.cd).numpy() for x in (a_in, w_in))
         self._run(finish_rows_loop, "gae_sharded_finish", a_in, w_in, adv.numpy(), ret.numpy(), carries)

@@ -13,7 +13,6 @@ the order of ``cpu.gae_masked_loop``:
 ``mask`` and ``term`` may be ``None`` (every step kept; no terminations): numba compiles a
 version without them.
 """
-
 from ..._cpu import njit, prange
 from ..._cpu_rows import ROWS_AT_ONCE, load_value, step_helper
 
