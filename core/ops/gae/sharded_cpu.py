@@ -34,15 +34,14 @@ def _kept(mask, term, b, t, one):
 def _reduce_step(r, v, mask, term, b, t, gamma, gamma_lmbda, one, a, wn, k, c, seen):
     """One step of one row of :func:`reduce_rows_loop`: the carried state in, the state out."""
     kept, nu = _kept(mask, term, b, t, one)
+    # every value computed, then selected: a branch on the mask would be mispredicted
+    vt = load_value(v, b, t, one)
+    a_kept = load_value(r, b, t, one) + gamma * wn * nu - vt + gamma_lmbda * nu * a
+    beta = gamma_lmbda * nu
+    # c: at the last kept step W_in enters its α with γ ν; each kept step before multiplies by β
+    c_kept = c * beta if seen else gamma * nu
     if kept:
-        vt = load_value(v, b, t, one)
-        a = load_value(r, b, t, one) + gamma * wn * nu - vt + gamma_lmbda * nu * a
-        beta = gamma_lmbda * nu
-        # c: at the last kept step W_in enters its α with γ ν; each kept step before multiplies by β
-        c = c * beta if seen else gamma * nu
-        seen = True
-        k *= beta
-        wn = vt
+        a, wn, c, k, seen = a_kept, vt, c_kept, k * beta, True
     return a, wn, k, c, seen
 
 
