@@ -28,6 +28,17 @@ point-to-point send of two scalars per sequence, ``R − 1`` hops): each rank sc
 once, after the ranks behind it, so the ranks run one after another (latency for bits), and
 the result is bit for bit the unsplit computation's.
 
+Example, on every rank of ``cp_group`` (``rewards``, ``values``, ``mask``: this rank's
+``[B, T_r]`` chunk; ``last_values``: ``[B]``, read on the last rank)::
+
+    adv, ret = rlscan.gae(rewards, values, mask=mask, bootstrap_value=last_values, time_dim=-1,
+                          group=cp_group, sequence_sharded=True, whiten=True)
+
+On the CPU, ``[B, T_r]`` rows contiguous in time with float ``γ``, ``λ`` run the two compiled
+loops of :mod:`.sharded_cpu`, reading the inputs in place; elsewhere (CUDA tensors, per-token
+``γ``/``λ``, other layouts) ``_Chunk`` forms ``α`` and ``β`` with torch operations and runs
+:func:`rlscan.linear_scan`.
+
 No rank holds more than its chunk; the scalars travel as float64. A rank whose mask holds
 other values than 0 and 1 still takes part in the exchange, with a flag that makes every
 rank that depends on it raise after it (all of them with the ``all_gather``; with the chain,
