@@ -203,7 +203,8 @@ def _cases(cuts_of):
     (2, lambda T: [0, T // 2 + 3, T]),
     (2, lambda T: [0, T, T]),  # the last rank's chunk is empty: its bootstrap passes through
     (4, lambda T: [0, T // 4, T // 4, T // 2 + 1, T]),  # rank 1's chunk is empty
-], ids=["2-uneven", "2-last-empty", "4-one-empty"])
+    (4, lambda T: [0, 0, T // 3, T, T]),  # the first and the last rank's chunks are empty
+], ids=["2-uneven", "2-last-empty", "4-one-empty", "4-ends-empty"])
 def test_sharded_gae_is_the_unsplit_one(world, cuts_of, tmp_path):
     _run(world, _cases(cuts_of), tmp_path)
 
