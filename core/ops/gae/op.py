@@ -90,6 +90,26 @@ def _masked(call, values, bootstrap_value, terminated, truncated, next_values, m
                                whiten=whiten))
 
 
+def _sharded(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten, group, exact,
+             out):
+    """``sequence_sharded=True``: this rank's chunk of sequences split across ``group``."""
+    if group is None:
+        raise ValueError("sequence_sharded=True needs group=, the process group whose ranks hold the sequences' chunks")
+    if next_values is not None or truncated is not None:
+        raise ValueError("gae: sequence_sharded=True takes neither next_values nor truncated (the value after a chunk "
+                         "is the next rank's; mark ends with terminated, or skip steps with mask)")
+    if whiten and mask is None:
+        raise ValueError("gae: whiten=True needs mask= (the advantages are standardised over the kept steps)")
+    if any(x is not None and x.requires_grad for x in (call.anchor, values, bootstrap_value, g.tensor, lam.tensor)):
+        raise ValueError("gae: sequence_sharded=True is not differentiable: pass tensors that do not require grad "
+                         "(detach them)")
+    if mask is not None:
+        mask = _skip.check_mask(call, "gae", mask, None, None, values=False)  # the 0/1 check goes through the group
+    from . import sharded
+
+    return GAEOutput(*sharded.run(call, values, mask, bootstrap_value, terminated, g, lam, whiten, group, exact, out))
+
+
 @fast_path
 def gae(
     rewards,
@@ -102,6 +122,7 @@ def gae(
     mask=None,
     whiten=False,
     group=None,
+    sequence_sharded=False,
     gamma=0.99,
     lmbda=0.95,
     value_lmbda=None,
@@ -142,6 +163,15 @@ def gae(
             whitened with the statistics of every rank's kept steps
             (``masked_whiten(..., group=group)``, one all-reduce of three scalars, after
             the scan). Every rank of the group must call.
+        sequence_sharded: with ``group``, each rank holds a contiguous chunk of every
+            sequence, in rank order along ``time_dim`` (rank 0 the first steps; chunks may
+            differ in length between ranks, or be empty), and gets the advantages of its
+            chunk of the whole sequences. ``bootstrap_value`` is read on the last rank only.
+            One ``all_gather`` of a few scalars per sequence, independent of the length
+            (with ``exact=True``: the exact carries passed rank to rank from the last,
+            2 scalars per sequence per hop, the ranks one after another; bit for bit the
+            unsplit result). See :mod:`rlscan.ops.gae.sharded`. Not with ``next_values``
+            or ``truncated``.
         gamma, lmbda: floats in [0, 1], or tensors that broadcast to ``rewards``.
         value_lmbda: a second ``λ`` for the value targets (VAPO's decoupled λ, typically
             1.0), a float in [0, 1] or a tensor like ``lmbda``: ``returns`` are then
@@ -160,12 +190,22 @@ def gae(
     """
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values, required=True)
+    sequence_sharded = check_bool("sequence_sharded", sequence_sharded)
+    # sharded, the bootstrap is the last rank's: its absence there is reported through the group
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
-        "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None)
+        "gae", next_values, bootstrap_value, terminated, truncated, required=mask is None and not sequence_sharded)
     g = call.coef("gamma", gamma)
     lam = call.coef("lmbda", lmbda)
     whiten = check_bool("whiten", whiten)
     exact = check_bool("exact", exact)  # the row loops answer before call.run would check it
+    if sequence_sharded:
+        adv, ret = _sharded(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, whiten,
+                            group, exact, out)
+        if value_lmbda is not None:  # the chunk's pass carries one λ: a second sharded pass for the value targets
+            _, ret_v = _sharded(call, values, bootstrap_value, terminated, truncated, next_values, mask, g,
+                                call.coef("value_lmbda", value_lmbda), False, group, exact, None)
+            ret[...] = ret_v
+        return GAEOutput(adv, ret)
     if value_lmbda is not None:
         from . import dual
 
@@ -178,7 +218,8 @@ def gae(
                                    call.coef("value_lmbda", value_lmbda), whiten, exact, out, group, again))
     if group is not None:
         if not whiten or mask is None:
-            raise ValueError("gae: group= is the process group of the whitening: it needs whiten=True and mask=")
+            raise ValueError("gae: group= is the process group of the whitening (it needs whiten=True and mask=) "
+                             "or of the sequences' chunks (sequence_sharded=True)")
         from ...whiten import masked_whiten
 
         adv, ret = _masked(call, values, bootstrap_value, terminated, truncated, next_values, mask, g, lam, False,
