@@ -62,8 +62,10 @@ def nan_where_unbounded(x, factor):
     "Numbers"): ``α_t`` with ``β_t`` as the factor. A scan multiplies several steps' ``β``
     together before they meet the state, so ``∞ · A`` would come out ``∞ − ∞`` in one
     order and ``±∞`` in another."""
-    gap = factor - factor  # 0 where finite, NaN where not
-    return tl.where(gap == 0, x, gap)
+    # |factor| < inf, not (factor − factor) == 0: compiled for the GPU, the select on that
+    # compare returned wrong values for finite factors (Retrace's α everywhere), which
+    # Triton's interpreter does not show; tools/gpu_check.py checks it on a GPU
+    return tl.where(tl.abs(factor) < float("inf"), x, factor - factor)
 
 
 @triton.jit
