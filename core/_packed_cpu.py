@@ -27,6 +27,8 @@ blocks of the ``prange`` in turn, so that each block gets long and short ones.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -358,19 +360,23 @@ def scan(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values=N
 
 
 def whiten_rows(x: np.ndarray, sums: np.ndarray, one, mask=None, out=None) -> None:
-    """:func:`rlscan._cpu_rows.whiten` of a ``[1, total]`` buffer, run on ``[rows,
-    WHITEN_ROW]`` views of it (and one row for the rest) so that its ``prange`` has rows to
-    share out; the statistics are the sequences' ``sums``."""
+    """:func:`rlscan._cpu_rows.whiten` of a ``[1, total]`` buffer with the sequences' ``sums``
+    (raises, before any write, where fewer than two tokens are kept), run on ``[rows,
+    WHITEN_ROW]`` views of it and one row for the rest, so that its ``prange`` has rows to
+    share out."""
+    _, mean, var = _cpu_rows.statistics(sums)
+    dtype = type(one)
+    mean, scale = dtype(mean), dtype(1.0 / math.sqrt(var + 1e-8))
     out = x if out is None else out
     total = x.shape[1]
     main = total - total % WHITEN_ROW
-    _cpu_rows.statistics(sums)  # raises where fewer than two tokens are kept, before any write
+    zero_skipped = mask is not None
     for lo, hi, rows in ((0, main, main // WHITEN_ROW), (main, total, 1)):
         if hi > lo:
-            def view(a):
-                return None if a is None else a[0, lo:hi].reshape(rows, -1)
-
-            _cpu_rows.whiten(view(x), sums, one, mask=view(mask), out=view(out))
+            xs, os_ = x[0, lo:hi].reshape(rows, -1), out[0, lo:hi].reshape(rows, -1)
+            ms = mask[0, lo:hi].reshape(rows, -1) if zero_skipped else xs
+            _cpu_rows.run(_cpu_rows.whiten_rows_loop, ("whiten", _cpu_rows.signature(xs, ms, os_), zero_skipped),
+                          (rows, xs.size), xs, ms, mean, scale, zero_skipped, os_)
 
 
 __all__ = ["scan", "KINDS", "LANES", "groups"]

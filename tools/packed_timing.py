@@ -15,9 +15,10 @@ sequence to the longest and calling the padded op (the padding copy counted), an
 GAE, against verl's Python loop over the padded batch's time steps (run once: it takes
 seconds).
 
-Each cell is the median of ``REPEATS`` public calls (fresh outputs, checks included) after
-one that compiles, the calls of a row taken in turn; the results are checked equal (bit
-for bit, the loop's order) before they are timed. The machine's other work moves every
+Each time is the median of ``REPEATS`` public calls (fresh outputs, checks included) after
+one that compiles, packed and padded called in turn; the ratio is the median of the
+rounds' ratios. The results are checked equal (bit for bit, the loop's order) before they
+are timed. The machine's other work moves every
 figure: compare the columns of one run.
 """
 from __future__ import annotations
@@ -41,17 +42,19 @@ REPEATS = 3 if DRY else 9
 GAMMA, LMBDA = 0.99, 0.95
 
 
-def medians(fns: list) -> list:
-    """The median seconds of each function's calls, the functions called in turn."""
-    for fn in fns:
-        fn()
-    times = [[] for _ in fns]
+def timed(packed, padded) -> tuple:
+    """``(packed's median seconds, padded's, the median of padded / packed over the rounds)``:
+    the two called in turn, each round's ratio taken between calls a moment apart (the
+    machine's other work drifts between rounds more than within one)."""
+    packed(), padded()
+    times = ([], [])
     for _ in range(REPEATS):
-        for k, fn in enumerate(fns):
+        for k, fn in enumerate((packed, padded)):
             start = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+    ratio = statistics.median(b / a for a, b in zip(*times))
+    return statistics.median(times[0]), statistics.median(times[1]), ratio
 
 
 def batch(lengths: np.ndarray, seed: int = 0) -> tuple:
@@ -101,8 +104,7 @@ def equal_rows() -> list:
         for name, (packed, padded) in cases.items():
             for a, b in zip(packed(), padded()):
                 assert torch.equal(a, b.reshape(-1)), name
-            t_packed, t_padded = medians([packed, padded])
-            rows.append((f"{name}, {B} x {T}", t_packed, t_padded, None))
+            rows.append((f"{name}, {B} x {T}", *timed(packed, padded), None))
     return rows
 
 
@@ -132,15 +134,13 @@ def tail_rows() -> list:
         for a, b in zip(packed(), padded()):
             assert torch.equal(a, b[keep])
     label = f"{S} seqs, lognormal median {TAIL['median']}, max {longest} ({total} tokens, {S * longest} padded)"
-    t_gae, t_gae_padded = medians([packed_gae, padded_gae])
-    t_kept, t_kept_padded = medians([packed_kept, padded_kept])
+    gae_times, kept_times = timed(packed_gae, padded_gae), timed(packed_kept, padded_kept)
     R, V, M = pad(r, cu, longest), pad(v, cu, longest), pad(m, cu, longest)
     start = time.perf_counter()
     adv, _ = verl_gae(R, V, M, GAMMA, LMBDA)
     t_verl = time.perf_counter() - start
     torch.testing.assert_close(adv[keep], packed_gae()[0], rtol=1e-3, atol=1e-3)
-    return [(f"gae mask whiten, {label}", t_gae, t_gae_padded, t_verl),
-            (f"kept_returns, {label}", t_kept, t_kept_padded, None)]
+    return [(f"gae mask whiten, {label}", *gae_times, t_verl), (f"kept_returns, {label}", *kept_times, None)]
 
 
 def main() -> int:
@@ -148,12 +148,13 @@ def main() -> int:
         _cpu.PARALLEL_MIN_ELEMENTS = 1 << 62  # one thread: the loops compared, not the threads
     rows = equal_rows() + tail_rows()
     threads = f"{_cpu.cpu_threads()} threads, the runners' choice" if PARALLEL else "one thread"
-    print(f"CPU, {threads}, median of {REPEATS} calls (ms); torch {torch.__version__}\n")
+    print(f"CPU, {threads}, median of {REPEATS} calls (ms); padded / packed: the median of the rounds' ratios; "
+          f"torch {torch.__version__}\n")
     print("| case | packed | padded | padded / packed | verl's loop (padded) | verl / packed |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, packed, padded, verl in rows:
+    for name, packed, padded, ratio, verl in rows:
         verl_cells = "| | |" if verl is None else f"| {verl * 1e3:.0f} | {verl / packed:.0f}x |"
-        print(f"| {name} | {packed * 1e3:.2f} | {padded * 1e3:.2f} | {padded / packed:.2f}x {verl_cells}")
+        print(f"| {name} | {packed * 1e3:.2f} | {padded * 1e3:.2f} | {ratio:.2f}x {verl_cells}")
     return 0
 
 
