@@ -217,7 +217,8 @@ def packed_loop(cu, order, r, v, mask, boot, term, gs, ls, gt, lt, gamma, lmbda,
         e2, a2, s2, q2, c2 = 0, 0.0, 0.0, 0.0, 0.0
         e3, a3, s3, q3, c3 = 0, 0.0, 0.0, 0.0, 0.0
         longest = n0
-        for k in range(longest + 1):
+        k = 0
+        while True:
             if k == n3:  # lane 3 (the shortest left) ends: it shadows lane 2, and so on
                 _record(sums, bad, i3, e3, a3, s3, q3, c3)
                 i3, d3, n3, x3, y3, g3, l3, h3 = -1, d2, n2, x2, y2, g2, l2, h2
@@ -238,14 +239,17 @@ def packed_loop(cu, order, r, v, mask, boot, term, gs, ls, gt, lt, gamma, lmbda,
                         e3, a3, s3, q3, c3 = e0, a0, s0, q0, c0
             if k == longest:
                 break
-            e0, x0, y0, a0, s0, q0, c0 = _step(r, v, mask, gt, lt, np.uint64(d0 - 1 - k), g0, l0, h0, one, o1, o2, sums,
-                                               e0, x0, y0, a0, s0, q0, c0)
-            e1, x1, y1, a1, s1, q1, c1 = _step(r, v, mask, gt, lt, np.uint64(d1 - 1 - k), g1, l1, h1, one, o1, o2, sums,
-                                               e1, x1, y1, a1, s1, q1, c1)
-            e2, x2, y2, a2, s2, q2, c2 = _step(r, v, mask, gt, lt, np.uint64(d2 - 1 - k), g2, l2, h2, one, o1, o2, sums,
-                                               e2, x2, y2, a2, s2, q2, c2)
-            e3, x3, y3, a3, s3, q3, c3 = _step(r, v, mask, gt, lt, np.uint64(d3 - 1 - k), g3, l3, h3, one, o1, o2, sums,
-                                               e3, x3, y3, a3, s3, q3, c3)
+            # to the next lane's end (n3 > k now), with no test per step
+            for j in range(k, n3):
+                e0, x0, y0, a0, s0, q0, c0 = _step(r, v, mask, gt, lt, np.uint64(d0 - 1 - j), g0, l0, h0, one, o1, o2,
+                                                   sums, e0, x0, y0, a0, s0, q0, c0)
+                e1, x1, y1, a1, s1, q1, c1 = _step(r, v, mask, gt, lt, np.uint64(d1 - 1 - j), g1, l1, h1, one, o1, o2,
+                                                   sums, e1, x1, y1, a1, s1, q1, c1)
+                e2, x2, y2, a2, s2, q2, c2 = _step(r, v, mask, gt, lt, np.uint64(d2 - 1 - j), g2, l2, h2, one, o1, o2,
+                                                   sums, e2, x2, y2, a2, s2, q2, c2)
+                e3, x3, y3, a3, s3, q3, c3 = _step(r, v, mask, gt, lt, np.uint64(d3 - 1 - j), g3, l3, h3, one, o1, o2,
+                                                   sums, e3, x3, y3, a3, s3, q3, c3)
+            k = n3
         _record(sums, bad, i0, e0, a0, s0, q0, c0)
 
 
