@@ -395,3 +395,16 @@ def test_one_mask_value_other_than_0_and_1_is_refused():
     bad[2] = math.nan
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
         rlscan.discounted_returns(r, mask=bad, cu_seqlens=cu)
+
+
+def test_a_coefficient_of_total_values_is_per_token_where_S_equals_total():
+    """Sequences of 2, 0 and 1 tokens: S == total == 3, so a gamma of 3 values is one per token."""
+    cu = torch.tensor([0, 2, 2, 3])
+    r, v = torch.randn(3), torch.randn(3)
+    gamma = torch.tensor([0.5, 0.25, 0.75])
+    per_token = rlscan.discounted_returns(r, cu_seqlens=cu, gamma=gamma)
+    assert torch.equal(per_token, torch.stack([r[0] + 0.5 * r[1], r[1], r[2]]))
+    wider = torch.cat([r, torch.zeros(1)])  # one more token: the same gamma is now one per sequence
+    per_sequence = rlscan.discounted_returns(wider, cu_seqlens=torch.tensor([0, 2, 2, 4]), gamma=gamma)
+    assert torch.equal(per_sequence[:2], torch.stack([r[0] + 0.5 * r[1], r[1]]))
+    assert torch.equal(per_sequence[2], r[2] + 0.75 * 0.0)
