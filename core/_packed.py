@@ -8,7 +8,11 @@ after it) and ``bootstrap_value`` ``[S]`` (the value after a sequence cut by the
 limit). ``gamma``, ``lmbda``: a float, or a tensor of ``total`` values (one per token) or of
 ``S`` (one per sequence; a tensor of ``total`` values is read per token where ``S ==
 total``). The result on sequence ``s`` is the padded op's on a row holding it (the mask 0
-past its end, the bootstrap 0 where it terminated), bit for bit on the CPU path.
+past its end, the bootstrap 0 where it terminated), bit for bit on the CPU path, but for
+whitened results that are not in the compute dtype (half-precision results, REINFORCE++'s
+float64 compute of float32 rewards): the loop whitens the values it computed, where the
+padded op whitens its rounded results (a last-bit difference at most). The loops read
+1-D inputs with unit stride; strided views are copied first.
 
 Nested tensors with ``layout=torch.jagged`` (``[S, j]``) are packed batches too: their
 ``offsets()`` are ``cu_seqlens`` and their ``values()`` the buffer (no copy); the results
