@@ -408,3 +408,29 @@ def test_a_coefficient_of_total_values_is_per_token_where_S_equals_total():
     per_sequence = rlscan.discounted_returns(wider, cu_seqlens=torch.tensor([0, 2, 2, 4]), gamma=gamma)
     assert torch.equal(per_sequence[:2], torch.stack([r[0] + 0.5 * r[1], r[1]]))
     assert torch.equal(per_sequence[2], r[2] + 0.75 * 0.0)
+
+
+def test_the_parallel_loop_gives_the_same_bits(monkeypatch):
+    """The loops' parallel version (the groups dealt to the threads' blocks) against the serial
+    one and the padded op; the runner takes turns between them on its first calls."""
+    from rlscan import _cache, _cpu
+
+    if _cpu.cpu_threads() < 2:
+        pytest.skip("one thread: the parallel version never runs")
+    monkeypatch.setattr(_cpu, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(_packed_cpu, "WHITEN_ROW", 16)  # the whitening's prange gets rows too
+    _cache.CACHE.clear()
+    gen = torch.Generator().manual_seed(5)
+    lengths = [int(x) for x in torch.randint(0, 60, (23,), generator=gen)]
+    cu = torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int64)
+    total = int(cu[-1])
+    args = {"rewards": torch.randn(total, generator=gen), "values": torch.randn(total, generator=gen),
+            "mask": torch.rand(total, generator=gen) < 0.8, "bootstrap_value": torch.randn(len(lengths), generator=gen)}
+    types = Types("gae", term=False, whiten=True)
+    batch = Batch(lengths, cu, args)
+    want = tuple(batch.unpad(w) for w in padded_call(types, batch))
+    for _ in range(2):  # parallel, then serial
+        got = packed_call(types, batch)
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+    timers = [v for k, v in _cache.CACHE.items() if k[:2] == ("row loop", "gae")]
+    assert [t.runs for t in timers] == [[1, 1]]  # one serial run, one parallel run
