@@ -263,7 +263,8 @@ def _small(n_seq=4, seed=0):
     lengths = [3, 0, 5, 1][:n_seq]
     cu = torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int64)
     total = int(cu[-1])
-    return cu, torch.randn(total, generator=gen), torch.randn(total, generator=gen), torch.rand(total, generator=gen) < .7
+    r, v = torch.randn(total, generator=gen), torch.randn(total, generator=gen)
+    return cu, r, v, torch.rand(total, generator=gen) < 0.7
 
 
 def test_nested_jagged_round_trip():
@@ -358,7 +359,8 @@ def _bad_calls():
         ("mask", ValueError, lambda: kept_returns.returns_and_advantages(r, torch.full_like(r, 2.0), GAMMA,
                                                                          cu_seqlens=cu)),
         ("terminated", ValueError, lambda: rlscan.gae(r, v, cu_seqlens=cu, terminated=torch.zeros(S + 1, dtype=bool))),
-        ("terminated", TypeError, lambda: rlscan.gae(r, v, cu_seqlens=cu, terminated=torch.zeros(S, dtype=torch.int32))),
+        ("terminated", TypeError, lambda: rlscan.gae(r, v, cu_seqlens=cu,
+                                                     terminated=torch.zeros(S, dtype=torch.int32))),
         ("bootstrap_value", ValueError, lambda: rlscan.gae(r, v, cu_seqlens=cu, bootstrap_value=torch.zeros(total))),
         ("gamma", ValueError, lambda: rlscan.gae(r, v, cu_seqlens=cu, gamma=torch.rand(S + 1))),
         ("gamma", ValueError, lambda: rlscan.gae(r, v, cu_seqlens=cu, gamma=torch.full((S,), 1.5))),
@@ -369,8 +371,9 @@ def _bad_calls():
         ("cu_seqlens", ValueError, lambda: rlscan.gae(torch.nested.nested_tensor_from_jagged(r, cu), v,
                                                       cu_seqlens=cu)),
         ("values", TypeError, lambda: rlscan.gae(torch.nested.nested_tensor_from_jagged(r, cu), v)),
-        ("values", ValueError, lambda: rlscan.gae(torch.nested.nested_tensor_from_jagged(r, cu),
-                                                  torch.nested.nested_tensor_from_jagged(v, torch.tensor([0, 1, 4, 8, total])))),
+        ("values", ValueError, lambda: rlscan.gae(
+            torch.nested.nested_tensor_from_jagged(r, cu),
+            torch.nested.nested_tensor_from_jagged(v, torch.tensor([0, 1, 4, 8, total])))),
     ]
 
 
