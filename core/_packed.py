@@ -197,18 +197,17 @@ def _flat(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 def _run(kind: str, anchor: str, rewards, cu_seqlens, *, values=None, values_required=False, mask=None,
          terminated=None, bootstrap_value=None, gamma, lmbda=None, time_dim, whiten=False, exact, out_dtype,
          refused: dict, group=None, wide: bool = False) -> tuple:
-    _refuse(refused)
-    exact = check_bool("exact", exact)
-    named = {anchor: rewards, "values": values, "mask": mask, "cu_seqlens": cu_seqlens, "terminated": terminated,
-             "bootstrap_value": bootstrap_value, "gamma": gamma, "lmbda": lmbda}
-    _no_grad(named)
     offsets = None
-    if isinstance(rewards, torch.Tensor) and rewards.is_nested:
+    if isinstance(rewards, torch.Tensor) and rewards.is_nested:  # first: a nested tensor of another layout is
+        nested = rewards                                         # the rewards' error, whatever else is passed
+        rewards = _unnest(anchor, nested, None, anchor=True)
         if cu_seqlens is not None:
             raise ValueError("cu_seqlens: nested jagged rewards carry their own offsets; leave cu_seqlens out")
-        rewards = _unnest(anchor, rewards, None, anchor=True)
-        offsets = named[anchor].offsets()
-        cu_seqlens = offsets
+        offsets = cu_seqlens = nested.offsets()
+    _refuse(refused)
+    exact = check_bool("exact", exact)
+    _no_grad({anchor: rewards, "values": values, "mask": mask, "cu_seqlens": cu_seqlens, "terminated": terminated,
+              "bootstrap_value": bootstrap_value, "gamma": gamma, "lmbda": lmbda})
     values, mask = _unnest("values", values, offsets), _unnest("mask", mask, offsets)
     if isinstance(time_dim, bool) or not isinstance(time_dim, numbers.Integral):
         raise TypeError(f"time_dim must be an int, got {type_name(time_dim)}")
