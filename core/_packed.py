@@ -24,6 +24,7 @@ backend) ``rlscan._triton.packed``.
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import numbers
 from typing import Optional
@@ -270,9 +271,9 @@ def _triton_packed():
     """``rlscan._triton.packed``, the Triton kernels of packed sequences (imported on first use)."""
     try:
         from ._triton import packed
-    except ModuleNotFoundError as error:
-        if error.name not in ("rlscan._triton.packed", "rlscan._triton"):
-            raise
+    except ImportError:
+        if importlib.util.find_spec(f"{__package__}._triton.packed") is not None:
+            raise  # the module is there and failed to import: its own error
         raise NotImplementedError("packed sequences (cu_seqlens) on the Triton path need rlscan._triton.packed, "
                                   "which this build does not have; run CPU tensors (the cpu backend)") from None
     return packed

@@ -437,3 +437,14 @@ def test_the_parallel_loop_gives_the_same_bits(monkeypatch):
         assert all(torch.equal(g, w) for g, w in zip(got, want))
     timers = [v for k, v in _cache.CACHE.items() if k[:2] == ("row loop", "gae")]
     assert [t.runs for t in timers] == [[1, 1]]  # one serial run, one parallel run
+
+
+def test_the_triton_path_without_its_kernels_says_so():
+    """Until rlscan._triton.packed is in the build, the Triton path refuses packed calls."""
+    import importlib.util
+
+    if importlib.util.find_spec("rlscan._triton.packed") is not None:
+        pytest.skip("this build has the Triton kernels of packed sequences")
+    cu, r, v, m = _small()
+    with rlscan.use_backend("triton"), pytest.raises(NotImplementedError, match="rlscan._triton.packed"):
+        rlscan.discounted_returns(r, cu_seqlens=cu)
