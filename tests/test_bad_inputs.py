@@ -81,7 +81,45 @@ def in_subprocess(code: str, **env):
     raise {"ValueError": ValueError, "TypeError": TypeError}.get(match.group(1), RuntimeError)(match.group(2))
 
 
+def packed(**kw):
+    """A packed call: 4 sequences of 3, 0, 5 and 1 tokens (``total = 9``)."""
+    cu = torch.tensor([0, 3, 3, 8, 9])
+    args = {"rewards": f32(9), "values": f32(9), "cu_seqlens": cu, **kw}
+    if args["cu_seqlens"] is None:
+        del args["cu_seqlens"]
+    return rlscan.gae(args.pop("rewards"), args.pop("values"), **args)
+
+
+def jagged(x, offsets=(0, 3, 3, 8, 9)):
+    return torch.nested.nested_tensor_from_jagged(x, torch.tensor(offsets))
+
+
+def strided_nested(*xs):
+    with warnings.catch_warnings():  # torch's note that the strided layout is a prototype
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.nested.nested_tensor(list(xs))
+
+
 CASES = {
+    # packed sequences
+    "packed-cu-dtype": lambda: packed(cu_seqlens=torch.tensor([0.0, 3.0, 9.0])),
+    "packed-cu-shape": lambda: packed(cu_seqlens=torch.tensor([[0, 3, 9]])),
+    "packed-cu-values": lambda: packed(cu_seqlens=torch.tensor([0, 5, 3, 9])),
+    "packed-cu-nested": lambda: packed(rewards=jagged(f32(9)), values=jagged(f32(9))),
+    "packed-rewards-2d": lambda: packed(rewards=f32(1, 9), values=f32(1, 9)),
+    "packed-time-dim": lambda: packed(time_dim=1),
+    "packed-next-values": lambda: packed(next_values=f32(9)),
+    "packed-truncated": lambda: packed(truncated=flags(9)),
+    "packed-out": lambda: packed(out=(f32(9), f32(9))),
+    "packed-terminated-shape": lambda: packed(terminated=flags(5)),
+    "packed-bootstrap-shape": lambda: packed(bootstrap_value=f32(9 + 1)),
+    "packed-gamma-shape": lambda: packed(gamma=torch.full((5,), 0.9)),
+    "packed-requires-grad": lambda: packed(values=f32(9).requires_grad_()),
+    "packed-values-not-nested": lambda: packed(rewards=jagged(f32(9)), cu_seqlens=None),
+    "packed-values-offsets": lambda: packed(rewards=jagged(f32(9)), values=jagged(f32(9), (0, 1, 4, 8, 9)),
+                                            cu_seqlens=None),
+    "packed-mask-nested": lambda: packed(mask=jagged(flags(9))),
+    "packed-nested-strided": lambda: packed(rewards=strided_nested(f32(3), f32(6)), cu_seqlens=None),
     # shapes
     "values-shape": lambda: gae(values=f32(T - 2, N)),
     "next-values-shape": lambda: gae(next_values=f32(T, 1)),

@@ -443,11 +443,12 @@ def acc_is_64(compute_dtype: torch.dtype) -> bool:
     return compute_dtype == torch.float64
 
 
-def _coef_arg(x, S: int) -> tuple:
-    """``(value, tensor, by)`` of γ or λ: by 0 (a float), 1 (per sequence) or 2 (per token)."""
+def _coef_arg(x, S: int, total: int) -> tuple:
+    """``(value, tensor, by)`` of γ or λ: by 0 (a float), 1 (per sequence) or 2 (per token; a
+    tensor of ``total`` values is read per token where ``S == total``, as the CPU loops do)."""
     if x is None or not isinstance(x, torch.Tensor):
         return (0.0 if x is None else float(x)), None, 0
-    return 0.0, x, 1 if x.numel() == S else 2
+    return 0.0, x, 2 if x.numel() == total else 1
 
 
 def _launch(signature, fn, grid, args, constexprs, warps, device_index) -> None:
@@ -485,8 +486,8 @@ def launch(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values
     N, S = rewards.numel(), cu_seqlens.numel() - 1
     device = rewards.device
     new = tuple(torch.empty(N, dtype=compute_dtype, device=device) for _ in range(2 if code == 0 else 1))
-    g_value, g_tensor, g_by = _coef_arg(gamma, S)
-    l_value, l_tensor, l_by = _coef_arg(lmbda if code < 2 else None, S)
+    g_value, g_tensor, g_by = _coef_arg(gamma, S, N)
+    l_value, l_tensor, l_by = _coef_arg(lmbda if code < 2 else None, S, N)
     stats = new_sums(device) if sums and not exact else None
     if N and S:
         ins = (rewards, values if code < 2 else None, _flags(mask), _flags(terminated) if code < 3 else None,

@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ... import _packed
 from ..._call import Call
 from ..._inputs import check_bool, plan_layout
 from ..._spec import tensor_signature
@@ -37,7 +38,7 @@ from .. import _skip
 _failed: list = []
 
 
-def returns_and_advantages(rewards, mask, gamma: float, *, time_dim: int = -1, exact: bool = False,
+def returns_and_advantages(rewards, mask, gamma: float, *, cu_seqlens=None, time_dim: int = -1, exact: bool = False,
                            compute_dtype: Optional[torch.dtype] = None) -> tuple:
     """``(advantages, returns)``: ``masked_whiten(G, mask) · mask`` and ``G``, each in the
     rewards' dtype.
@@ -46,11 +47,19 @@ def returns_and_advantages(rewards, mask, gamma: float, *, time_dim: int = -1, e
         rewards: a floating tensor, time along ``time_dim``.
         mask: 0/1 values (bool, integer or floating) of the rewards' shape.
         gamma: a float in [0, 1].
+        cu_seqlens: packed sequences (``rlscan.gae``'s ``cu_seqlens``): ``rewards`` and
+            ``mask`` 1-D ``[total]``, sequence ``s`` from ``cu_seqlens[s]`` to
+            ``cu_seqlens[s + 1]``; ``mask`` may then be ``None`` (every token kept). Nested
+            jagged ``rewards`` and ``mask`` carry their offsets instead. The whitening is
+            over the kept tokens of all sequences. No autograd.
         exact: on the Triton path, run the return one step at a time in the loop's order
             (the CPU path always does).
         compute_dtype: float64 carries the running return in float64 (verl does with a
             float64 mask); default float32, or float64 for float64 rewards.
     """
+    if _packed.is_packed(rewards, cu_seqlens):
+        return _packed.kept_returns(rewards, mask, gamma, cu_seqlens=cu_seqlens, time_dim=time_dim, exact=exact,
+                                    compute_dtype=compute_dtype)
     call = Call("token_level_rewards", rewards, time_dim)
     exact = check_bool("exact", exact)  # the fused paths answer before call.run would check it
     widen = compute_dtype == torch.float64 and call.compute_dtype != torch.float64

@@ -1,6 +1,7 @@
 """``rlscan.discounted_returns``: discounted sums of rewards, cut at episode ends."""
 from __future__ import annotations
 
+from ... import _packed
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._library import register_fused
@@ -71,6 +72,7 @@ def discounted_returns(
     terminated=None,
     truncated=None,
     mask=None,
+    cu_seqlens=None,
     gamma=0.99,
     time_dim=0,
     exact=False,
@@ -89,8 +91,14 @@ def discounted_returns(
 
     With ``mask`` (1 where the step counts, 0 where it is skipped) a skipped step passes
     the return through (``G_t = G_{t+1}``, ``G_T = bootstrap_value``, 0 when left out);
-    not with ``next_values`` or ``truncated``.
+    not with ``next_values`` or ``truncated``. With ``cu_seqlens`` (or nested jagged
+    inputs) the sequences are packed, as in :func:`rlscan.gae`.
     """
+    if _packed.is_packed(rewards, cu_seqlens):
+        return _packed.discounted_returns(rewards, cu_seqlens=cu_seqlens, bootstrap_value=bootstrap_value,
+                                          terminated=terminated, mask=mask, gamma=gamma, time_dim=time_dim,
+                                          exact=exact, out_dtype=out_dtype, next_values=next_values,
+                                          truncated=truncated, out=out)
     call = Call("rewards", rewards, time_dim, out_dtype)
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
         "discounted_returns", next_values, bootstrap_value, terminated, truncated, required=False)

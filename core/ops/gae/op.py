@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import torch
 
+from ... import _packed
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._inputs import check_bool
@@ -120,6 +121,7 @@ def gae(
     terminated=None,
     truncated=None,
     mask=None,
+    cu_seqlens=None,
     whiten=False,
     group=None,
     sequence_sharded=False,
@@ -155,6 +157,17 @@ def gae(
             recurrence through (``Â_t = Â_{t+1}``), and ``V'_t`` of a kept step is the
             value of the next kept step (``bootstrap_value`` past the end, 0 when
             left out). Not with ``next_values`` or ``truncated``.
+        cu_seqlens: packed sequences (flash-attention's varlen convention): ``rewards``,
+            ``values`` and ``mask`` are 1-D ``[total]``, the sequences laid end to end,
+            and ``cu_seqlens`` ``[S + 1]`` (int32/int64, from 0 to ``total``) says where
+            sequence ``s`` starts and ends; ``terminated`` and ``bootstrap_value`` are then
+            ``[S]``, one per sequence (the bootstrap is ignored where terminated), and
+            ``gamma``/``lmbda`` a float or a tensor of ``total`` (per token) or ``S`` (per
+            sequence) values. Each sequence's result is that of a padded row holding it,
+            masked past its end (bit for bit on the CPU); ``whiten`` works with or without
+            ``mask``. Nested jagged tensors (``[S, j]``) carry their offsets instead, and
+            come back nested. No autograd (inputs that require grad are refused), no
+            ``next_values``, ``truncated`` or ``out``. See docs/api.md.
         whiten: standardise the advantages with the mean and variance of the kept
             steps (:func:`rlscan.masked_whiten`; with ``mask`` only). On the Triton
             path the sums are gathered during the scan, leaving one more pass.
@@ -188,6 +201,12 @@ def gae(
     Returns:
         ``GAEOutput(advantages, returns)``, each of ``rewards``' shape.
     """
+    if _packed.is_packed(rewards, cu_seqlens):
+        return GAEOutput(*_packed.gae(rewards, values, cu_seqlens=cu_seqlens, bootstrap_value=bootstrap_value,
+                                      terminated=terminated, mask=mask, whiten=whiten, group=group, gamma=gamma,
+                                      lmbda=lmbda, time_dim=time_dim, exact=exact, out_dtype=out_dtype,
+                                      value_lmbda=value_lmbda, sequence_sharded=sequence_sharded,
+                                      next_values=next_values, truncated=truncated, out=out))
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values, required=True)
     sequence_sharded = check_bool("sequence_sharded", sequence_sharded)

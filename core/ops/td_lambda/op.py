@@ -1,6 +1,7 @@
 """``rlscan.td_lambda``: λ-returns."""
 from __future__ import annotations
 
+from ... import _packed
 from ..._fast import fast_path
 from ..._call import Call, trusted_call
 from ..._library import register_fused
@@ -68,6 +69,7 @@ def td_lambda(
     terminated=None,
     truncated=None,
     mask=None,
+    cu_seqlens=None,
     gamma=0.99,
     lmbda=0.95,
     time_dim=0,
@@ -87,7 +89,15 @@ def td_lambda(
     With ``mask`` (1 where the step counts, 0 where it is skipped) a skipped step passes
     the return through (``G_t = G_{t+1}``, ``G_T = bootstrap_value``, 0 when left out) and
     ``V'_t`` of a kept step is the value of the next kept step; ``values`` is then required.
+    With ``cu_seqlens`` (or nested jagged inputs) the sequences are packed, as in
+    :func:`rlscan.gae`: ``G`` past a sequence's end is its ``bootstrap_value`` (0 where
+    ``terminated`` or left out).
     """
+    if _packed.is_packed(rewards, cu_seqlens):
+        return _packed.td_lambda(rewards, values, cu_seqlens=cu_seqlens, bootstrap_value=bootstrap_value,
+                                 terminated=terminated, mask=mask, gamma=gamma, lmbda=lmbda, time_dim=time_dim,
+                                 exact=exact, out_dtype=out_dtype, next_values=next_values, truncated=truncated,
+                                 out=out)
     call = Call("rewards", rewards, time_dim, out_dtype)
     values = call.series("values", values)
     next_values, bootstrap_value, terminated, truncated = call.episode_ends(
