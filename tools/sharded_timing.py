@@ -12,6 +12,13 @@ between two barriers (its collectives included). "exact" is ``exact=True`` (the 
 passed rank to rank). Every sharded result is checked against the unsplit one (bit for bit
 with ``exact=True``). The machine's other work moves every figure: compare the rows of one
 run.
+
+Beside them, on the same ranks, what context-parallel trainers do today (slime's
+``all_gather_with_cp``): every rank all-gathers the chunks of rewards, values and mask into
+the whole ``[B, T]`` sequences (O(tokens) bytes per rank), computes GAE over them and keeps
+its own chunk: "gather + loop" with a per-token loop over the time axis (the loop form of
+OpenRLHF's and slime's GAE), "gather + rlscan" with the unsplit ``rlscan.gae``. The last
+column is the most bytes one rank sends in a call.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ DRY = "--dry" in sys.argv
 B, T = (8, 512) if DRY else (64, 32768)
 WORLDS = (2, 4)
 CALLS = 3 if DRY else 11
+LOOP_CALLS = 3
 
 
 def batch():
@@ -67,7 +75,7 @@ def _unsplit(queue, folder: str) -> None:
                                           exact=exact))
         want = rlscan.gae(r, v, mask=mask, terminated=term, bootstrap_value=boot, time_dim=-1, exact=exact)
         torch.save(tuple(want), os.path.join(folder, f"unsplit{int(exact)}.pt"))
-        queue.put((1, exact, ms))
+        queue.put((1, "exact" if exact else "default", ms, 0))
 
 
 def _rank(rank: int, world: int, port: int, queue, folder: str) -> None:
@@ -103,9 +111,73 @@ def _rank(rank: int, world: int, port: int, queue, folder: str) -> None:
                 assert torch.equal(got, w), (world, rank)
             else:
                 torch.testing.assert_close(got, w, rtol=1e-4, atol=1e-4)
-        if rank == 0:
-            queue.put((world, exact, ms))
+        sent = _sent_bytes(call)  # every rank: the call's collectives need them all
+        queue.put((world, "exact" if exact else "default", ms, sent))
+    for mode in ("gather + rlscan", "gather + loop"):
+        def gathered():
+            whole = []
+            for x in (r, v, mask):
+                parts = [torch.empty_like(x) for _ in range(world)]
+                dist.all_gather(parts, x.contiguous())
+                whole.append(torch.cat(parts, dim=1))
+            if mode == "gather + rlscan":
+                adv, ret = rlscan.gae(whole[0], whole[1], mask=whole[2], bootstrap_value=boot, time_dim=-1)
+            else:
+                adv, ret = _loop_gae(*whole)
+            return adv[:, lo:hi], ret[:, lo:hi]
+
+        def timed_gathered():
+            dist.barrier()
+            start = time.perf_counter()
+            gathered()
+            dist.barrier()
+            return time.perf_counter() - start
+
+        timed_gathered()
+        calls = CALLS if mode == "gather + rlscan" else LOOP_CALLS
+        ms = statistics.median(timed_gathered() for _ in range(calls)) * 1e3
+        queue.put((world, mode, ms, _sent_bytes(gathered)))
     dist.destroy_process_group()
+
+
+def _loop_gae(rewards, values, mask, gamma: float = 0.99, lmbda: float = 0.95):
+    """GAE as a loop over the time axis, one step of every sequence at a time (the loop form
+    of OpenRLHF's and slime's ``get_advantages_and_returns``: masked products, the value
+    after the last step 0)."""
+    rewards, values = rewards * mask, values * mask
+    advantages = torch.empty_like(rewards)
+    last = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.size(1))):
+        next_value = values[:, t + 1] if t + 1 < rewards.size(1) else 0.0
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        last = delta + gamma * lmbda * last
+        advantages[:, t] = last
+    return advantages, advantages + values
+
+
+def _sent_bytes(fn) -> int:
+    """The bytes this rank sends through torch.distributed's collectives in one ``fn()``."""
+    import torch.distributed as dist
+
+    sent = [0]
+    originals = {name: getattr(dist, name) for name in ("all_gather", "all_gather_into_tensor", "all_reduce",
+                                                          "send", "isend")}
+
+    def counting(name):
+        def wrapped(*args, **kwargs):
+            tensor = args[1] if name in ("all_gather", "all_gather_into_tensor") else args[0]
+            sent[0] += tensor.numel() * tensor.element_size()
+            return originals[name](*args, **kwargs)
+        return wrapped
+
+    for name in originals:
+        setattr(dist, name, counting(name))
+    try:
+        fn()
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+    return sent[0]
 
 
 def _free_port() -> int:
@@ -123,14 +195,21 @@ def main() -> None:
     p.join()
     for world in WORLDS:
         mp.start_processes(_rank, args=(world, _free_port(), queue, folder), nprocs=world, start_method="spawn")
-    rows = [queue.get() for _ in range(2 + 2 * len(WORLDS))]
+    cells: dict = {}  # (ranks, mode) -> (the slowest rank's ms, the most bytes a rank sent)
+    for _ in range(2 + 4 * sum(WORLDS)):
+        world, mode, ms, sent = queue.get()
+        old_ms, old_sent = cells.get((world, mode), (0.0, 0))
+        cells[world, mode] = (max(old_ms, ms), max(old_sent, sent))
+    rows = [(world, mode, ms, sent) for (world, mode), (ms, sent) in cells.items()]
     shutil.rmtree(folder)
-    base = {exact: ms for world, exact, ms in rows if world == 1}
-    print(f"gae, masked, float32, {B} x {T}, {os.cpu_count()} cores; median of {CALLS} calls")
-    print(f"{'ranks':>5} {'mode':>7} {'ms':>9} {'vs unsplit':>10}")
-    for world, exact, ms in sorted(rows, key=lambda x: (x[1], x[0])):
-        mode = "exact" if exact else "default"
-        print(f"{world:>5} {mode:>7} {ms:>9.1f} {ms / base[exact]:>9.2f}x")
+    base = {mode: ms for world, mode, ms, _ in rows if world == 1}
+    print(f"gae, masked, float32, {B} x {T}, {os.cpu_count()} cores; median of {CALLS} calls "
+          f"({LOOP_CALLS} of the loop)\n")
+    print("| ranks | mode | ms | vs unsplit | bytes a rank gives the collectives |")
+    print("|---:|---|---:|---:|---:|")
+    order = ("default", "exact", "gather + rlscan", "gather + loop")
+    for world, mode, ms, sent in sorted(rows, key=lambda x: (x[0], order.index(x[1]))):
+        print(f"| {world} | {mode} | {ms:.1f} | {ms / base['default']:.2f}x | {sent:,} |")
 
 
 if __name__ == "__main__":
