@@ -12,26 +12,10 @@ rank is left waiting.
 """
 from __future__ import annotations
 
-import os
-import socket
-import time
-import traceback
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-TIMEOUT_S = 120
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "all_to_all",
-               "reduce_scatter", "gather", "scatter", "send", "recv", "barrier")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
+from rank_processes import counting, run
 def _shards(world: int, dtype, empty_rank: int, kept: float = 0.7):
     """Each rank's ``(values, mask)``: ``[rows, 64]`` with rows varying by rank; the mask of
     ``empty_rank`` keeps nothing (``empty_rank = -1``: every rank keeps some)."""
@@ -45,40 +29,6 @@ def _shards(world: int, dtype, empty_rank: int, kept: float = 0.7):
             m[:] = False
         shards.append((x, m))
     return shards
-
-
-def _counting(dist, log: list):
-    """Wrap each collective of ``torch.distributed`` to note ``(name, bytes)``; returns the originals."""
-    originals = {}
-    for name in COLLECTIVES:
-        fn = getattr(dist, name, None)
-        if fn is None:
-            continue
-        originals[name] = fn
-
-        def counted(*args, _fn=fn, _name=name, **kwargs):
-            tensor = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("tensor")
-            log.append((_name, 0 if tensor is None else tensor.numel() * tensor.element_size()))
-            return _fn(*args, **kwargs)
-
-        setattr(dist, name, counted)
-    return originals
-
-
-def _worker(rank: int, world: int, port: int, cases: tuple, folder: str) -> None:
-    import datetime
-
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
-        for case in cases:
-            _case(rank, world, case)
-        dist.destroy_process_group()
-        open(os.path.join(folder, f"rank{rank}"), "w").write("ok")
-    except BaseException:
-        open(os.path.join(folder, f"rank{rank}"), "w").write(traceback.format_exc())
 
 
 def _case(rank: int, world: int, case: str) -> None:
@@ -96,7 +46,7 @@ def _case(rank: int, world: int, case: str) -> None:
         shards = _shards(world, torch.float32, empty_rank=world - 1)
         values = [torch.randn(x.shape, generator=torch.Generator().manual_seed(r)) for r, (x, _) in enumerate(shards)]
         x, m = shards[rank]
-        originals = _counting(dist, log)
+        originals = counting(dist, log)
         try:
             adv, ret = rlscan.gae(x, values[rank], mask=m, whiten=True, group=dist.group.WORLD, gamma=0.99, lmbda=0.95,
                                   time_dim=-1, **dual)
@@ -114,7 +64,7 @@ def _case(rank: int, world: int, case: str) -> None:
         m = m.long()
         if rank == 1:
             m[0, 0] = 2
-        originals = _counting(dist, log)
+        originals = counting(dist, log)
         try:
             with pytest.raises(ValueError, match="only 0 and 1"):
                 masked_whiten(x, m, group=dist.group.WORLD)
@@ -125,7 +75,7 @@ def _case(rank: int, world: int, case: str) -> None:
         shards = _shards(world, torch.float32, empty_rank=-1, kept=0.0)
         shards[0][1][0, 0] = True  # one kept position in all
         x, m = shards[rank]
-        originals = _counting(dist, log)
+        originals = counting(dist, log)
         try:
             with pytest.raises(ValueError, match="at least two"):
                 masked_whiten(x, m, group=dist.group.WORLD)
@@ -138,7 +88,7 @@ def _case(rank: int, world: int, case: str) -> None:
         x, m = shards[rank]
         kwargs = dict(shift_mean=rank % 2 == 0, zero_skipped=rank == 1)
         numpy_in = dtype == torch.float32 and rank == 0  # numpy in, numpy out
-        originals = _counting(dist, log)
+        originals = counting(dist, log)
         try:
             got = masked_whiten(x.numpy() if numpy_in else x, m, group=dist.group.WORLD, **kwargs)
         finally:
@@ -155,24 +105,10 @@ def _case(rank: int, world: int, case: str) -> None:
     assert log == [("all_reduce", 3 * 8)], (case, log)
 
 
-def _run(world: int, cases: tuple, tmp_path) -> None:
-    context = mp.start_processes(_worker, args=(world, _free_port(), cases, str(tmp_path)), nprocs=world,
-                                 join=False, start_method="spawn")
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in context.processes:
-                p.kill()
-            pytest.fail(f"{world} ranks did not finish {cases} in {TIMEOUT_S} s")
-    for rank in range(world):
-        text = (tmp_path / f"rank{rank}").read_text()
-        assert text == "ok", f"rank {rank} of {world}:\n{text}"
-
-
 @pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few", "bad_mask", "gae", "gae_dual")),
                                            (4, ("bfloat16", "float64", "gae"))])
 def test_masked_whiten_across_ranks_is_the_whole_batchs(world, cases, tmp_path):
-    _run(world, cases, tmp_path)
+    run(_case, world, cases, tmp_path)
 
 
 def test_group_outside_torch_distributed_is_refused_by_name():

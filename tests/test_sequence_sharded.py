@@ -14,41 +14,13 @@ or no bootstrap on the last rank without a mask, raises without leaving a rank w
 from __future__ import annotations
 
 import math
-import os
-import time
-import traceback
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from test_distributed import _free_port
+from rank_processes import counting, run
 
-TIMEOUT_S = 120
-SENDING = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "all_to_all",
-           "reduce_scatter", "gather", "scatter", "send", "recv", "barrier", "isend", "irecv", "batch_isend_irecv")
 B = 6
-
-
-def _counting(dist, log: list):
-    """Wrap ``torch.distributed``'s communication functions to note ``(name, bytes this rank
-    sends)``; returns the originals."""
-    originals = {}
-    for name in SENDING:
-        fn = getattr(dist, name, None)
-        if fn is None:
-            continue
-        originals[name] = fn
-
-        def counted(*args, _fn=fn, _name=name, **kwargs):
-            sent = args[1] if _name in ("all_gather", "all_gather_into_tensor") else (args[0] if args else None)
-            sent = kwargs.get("tensor", sent)
-            size = 0 if _name == "recv" or not isinstance(sent, torch.Tensor) else sent.numel() * sent.element_size()
-            log.append((_name, size))
-            return _fn(*args, **kwargs)
-
-        setattr(dist, name, counted)
-    return originals
 
 
 def _batch(T: int, cuts: list, seed: int = 3):
@@ -120,7 +92,7 @@ def _case(rank: int, world: int, case: tuple) -> None:
         else:
             kw.update(bootstrap_value=None if rank == world - 1 else boot)
             raises, match = True, "bootstrap_value on the group's last rank"
-        originals = _counting(dist, log)
+        originals = counting(dist, log)
         try:
             if raises:
                 with pytest.raises(ValueError, match=match):
@@ -131,7 +103,7 @@ def _case(rank: int, world: int, case: tuple) -> None:
             for name, fn in originals.items():
                 setattr(dist, name, fn)
         return
-    originals = _counting(dist, log)
+    originals = counting(dist, log)
     try:
         got = _call(rlscan, dist, tensors, kind, exact, group, time_first, chunk)
     finally:
@@ -152,36 +124,6 @@ def _case(rank: int, world: int, case: tuple) -> None:
     else:
         expected = [("all_gather", (6 * B + 1) * 8)]
     assert log == expected + whitening, (case, rank, log)
-
-
-def _worker(rank: int, world: int, port: int, cases: tuple, folder: str) -> None:
-    import datetime
-
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
-        for case in cases:
-            _case(rank, world, case)
-        dist.destroy_process_group()
-        open(os.path.join(folder, f"rank{rank}"), "w").write("ok")
-    except BaseException:
-        open(os.path.join(folder, f"rank{rank}"), "w").write(traceback.format_exc())
-
-
-def _run(world: int, cases: tuple, tmp_path) -> None:
-    context = mp.start_processes(_worker, args=(world, _free_port(), cases, str(tmp_path)), nprocs=world,
-                                 join=False, start_method="spawn")
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in context.processes:
-                p.kill()
-            pytest.fail(f"{world} ranks did not finish {cases} in {TIMEOUT_S} s")
-    for rank in range(world):
-        text = (tmp_path / f"rank{rank}").read_text()
-        assert text == "ok", f"rank {rank} of {world}:\n{text}"
 
 
 def _cases(cuts_of):
@@ -206,7 +148,7 @@ def _cases(cuts_of):
     (4, lambda T: [0, 0, T // 3, T, T]),  # the first and the last rank's chunks are empty
 ], ids=["2-uneven", "2-last-empty", "4-one-empty", "4-ends-empty"])
 def test_sharded_gae_is_the_unsplit_one(world, cuts_of, tmp_path):
-    _run(world, _cases(cuts_of), tmp_path)
+    run(_case, world, _cases(cuts_of), tmp_path)
 
 
 def test_sequence_sharded_is_refused_without_a_group():
