@@ -3,7 +3,7 @@ localhost, each test bounded in time.
 
 Every rank holds a shard of one batch (shards of different lengths; one rank's mask keeps
 nothing). :func:`rlscan.masked_whiten` and ``rlscan.gae(..., whiten=True)`` with
-``group=`` must give each rank its shard of the concatenated batch's result (float64
+``group=`` (on padded rows, and on packed sequences with ``cu_seqlens``) must give each rank its shard of the concatenated batch's result (float64
 rounding for the whitening alone), through exactly one collective, an
 all-reduce of three float64 scalars, which each rank counts by wrapping
 ``torch.distributed``'s collectives. A batch with fewer than two kept positions in all
@@ -38,8 +38,8 @@ def _case(rank: int, world: int, case: str) -> None:
     from rlscan import masked_whiten
 
     log: list = []
-    if case in ("gae", "gae_dual"):  # gae_dual: value_lmbda's returns beside the whitened advantages
-        import rlscan
+    if case in ("gae", "gae_dual", "gae_packed"):  # gae_dual: value_lmbda's returns beside the whitened advantages;
+        import rlscan                                # gae_packed: each row a packed sequence (cu_seqlens)
 
         dual = dict(value_lmbda=1.0) if case == "gae_dual" else {}
 
@@ -48,8 +48,14 @@ def _case(rank: int, world: int, case: str) -> None:
         x, m = shards[rank]
         originals = counting(dist, log)
         try:
-            adv, ret = rlscan.gae(x, values[rank], mask=m, whiten=True, group=dist.group.WORLD, gamma=0.99, lmbda=0.95,
-                                  time_dim=-1, **dual)
+            if case == "gae_packed":
+                cu = torch.arange(x.shape[0] + 1) * x.shape[1]
+                adv, ret = (o.view(x.shape) for o in rlscan.gae(x.flatten(), values[rank].flatten(), cu_seqlens=cu,
+                                                                mask=m.flatten(), whiten=True, group=dist.group.WORLD,
+                                                                gamma=0.99, lmbda=0.95))
+            else:
+                adv, ret = rlscan.gae(x, values[rank], mask=m, whiten=True, group=dist.group.WORLD, gamma=0.99,
+                                      lmbda=0.95, time_dim=-1, **dual)
         finally:
             for name, fn in originals.items():
                 setattr(dist, name, fn)
@@ -106,7 +112,7 @@ def _case(rank: int, world: int, case: str) -> None:
 
 
 @pytest.mark.parametrize("world,cases", [(2, ("float32", "too_few", "bad_mask", "gae", "gae_dual")),
-                                           (4, ("bfloat16", "float64", "gae"))])
+                                           (4, ("bfloat16", "float64", "gae", "gae_packed"))])
 def test_masked_whiten_across_ranks_is_the_whole_batchs(world, cases, tmp_path):
     run(_case, world, cases, tmp_path)
 
