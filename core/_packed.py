@@ -24,7 +24,6 @@ backend) ``rlscan._triton.packed``.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import numbers
 from typing import Optional
@@ -245,7 +244,7 @@ def _run(kind: str, anchor: str, rewards, cu_seqlens, *, values=None, values_req
     else:
         if mask is not None:
             _skip.check_mask_values(call, mask)
-        impl = _triton_packed()
+        from ._triton import packed as impl
     with torch.no_grad():
         outs = impl.scan(kind, cu, rewards=_flat(call.anchor), values=_flat(values), mask=_flat(mask),
                          terminated=_flat(terminated), bootstrap_value=_flat(bootstrap_value),
@@ -274,15 +273,3 @@ def _nested(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         return torch.nested.nested_tensor_from_jagged(values, offsets)
     finally:
         log.setLevel(level)
-
-
-def _triton_packed():
-    """``rlscan._triton.packed``, the Triton kernels of packed sequences (imported on first use)."""
-    try:
-        from ._triton import packed
-    except ImportError:
-        if importlib.util.find_spec(f"{__package__}._triton.packed") is not None:
-            raise  # the module is there and failed to import: its own error
-        raise NotImplementedError("packed sequences (cu_seqlens) on the Triton path need rlscan._triton.packed, "
-                                  "which this build does not have; run CPU tensors (the cpu backend)") from None
-    return packed

@@ -439,17 +439,6 @@ def test_the_parallel_loop_gives_the_same_bits(monkeypatch):
     assert [t.runs for t in timers] == [[1, 1]]  # one serial run, one parallel run
 
 
-def test_the_triton_path_without_its_kernels_says_so():
-    """Until rlscan._triton.packed is in the build, the Triton path refuses packed calls."""
-    import importlib.util
-
-    if importlib.util.find_spec("rlscan._triton.packed") is not None:
-        pytest.skip("this build has the Triton kernels of packed sequences")
-    cu, r, v, m = _small()
-    with rlscan.use_backend("triton"), pytest.raises(NotImplementedError, match="rlscan._triton.packed"):
-        rlscan.discounted_returns(r, cu_seqlens=cu)
-
-
 @pytest.mark.parametrize("exact", [False, True])
 def test_public_calls_on_the_triton_path_match_the_cpu_path(exact):
     """The public packed calls on the triton backend (rlscan._triton.packed) give the CPU
