@@ -89,19 +89,16 @@ def _triton_rows(call, v, boot, term, mask, gamma: float, lmbda: float, value_lm
         return None
     layout = plan_layout(call.shape, call.time_dim, [t for t in (r, v, term, mask) if t is not None],
                          [] if boot is None else [boot])
-    if layout is None or layout.two_level or layout.T < policy.value("gae_row_min_t", table):
+    if layout is None or layout.two_level:
         return None
-    tile = one_pass._row_tile(layout.T, r.device)
-    if tile is None or tile[2] or any(x is not None and layout.strides(x)[0] != 1 for x in (r, v, term, mask)):
+    tile = one_pass.rows_tile(layout, r, v, term, mask)
+    if tile is None or tile[2]:
         return None  # the chained tiles (a look-back) carry two words per row, not three: the two calls
     block_t, warps, _ = tile
-    outs = call.new_outputs(2)
-    if any(layout.strides(o)[0] != 1 for o in outs):
+    operands = one_pass.row_operands(call, layout, r, v, boot, term, mask)
+    if operands is None:
         return None
-    if mask.dtype == torch.bool:
-        mask = mask.view(torch.uint8)
-    if term is not None and term.dtype == torch.bool:
-        term = term.view(torch.uint8)
+    ins, outs, s_row = operands
     compute = call.compute_dtype
 
     def inverse(x):
@@ -110,9 +107,6 @@ def _triton_rows(call, v, boot, term, mask, gamma: float, lmbda: float, value_lm
     inv, value_inv = inverse(lmbda), inverse(value_lmbda)
     scalars = tuple(launch.split(x) for x in (gamma * lmbda, inv - 1.0, inv, gamma * value_lmbda, value_inv - 1.0,
                                               value_inv))
-    ins = (r, v, term, mask, boot)
-    s_row = tuple(layout.strides(x)[2] for x in (r, v, term, mask)) + (layout.batch_strides(boot)[2],) + tuple(
-        layout.strides(o)[2] for o in outs)
     from ..._triton.whiten import new_sums
 
     stats = new_sums(r.device) if whiten else None

@@ -133,24 +133,21 @@ def _row_tile(T: int, device):
     return next((tuple(tile) for most, *tile in tiles if T <= most), None)
 
 
-def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
-    """The masked GAE over rows contiguous in time (``kernel.masked_rows_kernel``, or its
-    chained form), or ``None`` where the rows are not contiguous in time, their length is
-    under the table's ``gae_row_min_t`` or has no entry in its ``gae_row_tiles``, or the
-    chained form would need float64 words or run under ``torch.use_deterministic_algorithms``
-    (the engine's two lanes then run)."""
-    from ..._triton import launch
-    from . import kernel
-
+def rows_tile(layout, r, v, term, mask):
+    """The settings table's ``(BLOCK_T, warps, look-back)`` for walking ``layout``'s rows one
+    program each, or ``None`` where the rows are not contiguous in time, their length is under
+    ``gae_row_min_t`` or has no entry in ``gae_row_tiles``."""
     tile = _row_tile(layout.T, r.device)
-    series = (r, v, term, mask)
     min_t = policy.value("gae_row_min_t", _policy_table(r.device))
-    if tile is None or layout.T < min_t or any(x is not None and layout.strides(x)[0] != 1 for x in series):
+    if tile is None or layout.T < min_t or any(x is not None and layout.strides(x)[0] != 1 for x in (r, v, term, mask)):
         return None
-    block_t, warps, lookback = tile
-    compute = call.compute_dtype
-    if lookback and (compute != torch.float32 or torch.are_deterministic_algorithms_enabled()):
-        return None  # a look-back word holds two float32 values, and composes in a varying order
+    return tile
+
+
+def row_operands(call, layout, r, v, boot, term, mask):
+    """The row kernels' ``(ins, outs, s_row)``: the inputs with bool flags read as bytes, two
+    fresh outputs, and each operand's stride from row to row; ``None`` where an output is not
+    contiguous in time."""
     outs = call.new_outputs(2)
     if any(layout.strides(o)[0] != 1 for o in outs):
         return None
@@ -161,6 +158,29 @@ def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
     ins = (r, v, term, mask, boot)
     s_row = tuple(layout.strides(x)[2] for x in (r, v, term, mask)) + (layout.batch_strides(boot)[2],) + tuple(
         layout.strides(o)[2] for o in outs)
+    return ins, outs, s_row
+
+
+def _run_rows(call, layout, r, v, boot, term, mask, gamma_value, lmbda, stats):
+    """The masked GAE over rows contiguous in time (``kernel.masked_rows_kernel``, or its
+    chained form), or ``None`` where the rows are not contiguous in time, their length is
+    under the table's ``gae_row_min_t`` or has no entry in its ``gae_row_tiles``, or the
+    chained form would need float64 words or run under ``torch.use_deterministic_algorithms``
+    (the engine's two lanes then run)."""
+    from ..._triton import launch
+    from . import kernel
+
+    tile = rows_tile(layout, r, v, term, mask)
+    if tile is None:
+        return None
+    block_t, warps, lookback = tile
+    compute = call.compute_dtype
+    if lookback and (compute != torch.float32 or torch.are_deterministic_algorithms_enabled()):
+        return None  # a look-back word holds two float32 values, and composes in a varying order
+    operands = row_operands(call, layout, r, v, boot, term, mask)
+    if operands is None:
+        return None
+    ins, outs, s_row = operands
     inv = float(np.float32(1.0 / lmbda)) if compute == torch.float32 else 1.0 / lmbda
     scalars = (launch.split(gamma_value * lmbda), launch.split(inv - 1.0), launch.split(inv))
     signature = (layout.T, layout.B, s_row, stats is not None, r.device.index, tile,
