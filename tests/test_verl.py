@@ -387,29 +387,10 @@ def _token_baseline_terms(returns, index, m):
     return out
 
 
-@given(data=st.data())
-@settings(max_examples=30)
-def test_optimal_token_baselines_are_verls(core_algos, data):
-    """Both estimators against verl's functions on the same inputs, with every option: the
-    returns bit for bit; the advantages within the float32 rounding of the group sums, and bit
-    for bit where every group has at most 3 responses (each torch reduction then adds in
-    order). float32 rows contiguous in time with an integer or bool mask run the CPU loop;
-    other dtypes and layouts the torch form (the GPU's)."""
-    count_example("test_optimal_token_baselines_are_verls")
-    multi_turn = data.draw(st.booleans(), "multi_turn")
-    B, T = data.draw(st.integers(1, 12), "B"), data.draw(st.integers(1, 24), "T")
-    sizes = data.draw(st.sampled_from([(1, 2, 3), (2, 3, 5), (4, 8), (1, 2, 9)]), "sizes")
-    mask_dtype = data.draw(st.sampled_from([torch.int64, torch.int64, torch.bool, torch.int32, torch.float32,
-                                            torch.float64]), "mask_dtype")
-    dtype = data.draw(st.sampled_from([torch.float32, torch.float32, torch.float64]), "dtype")
-    with_weights = data.draw(st.booleans(), "rollout_is_weights")
-    zero_tail = data.draw(st.booleans(), "handle_zero_tail")
-    epsilon = data.draw(st.sampled_from([1e-8, 1e-3, 0.0]), "epsilon")  # 0: 0/0 where a group keeps no token
-    transposed = data.draw(st.booleans(), "transposed")
-    r, m, index, lp, sp, iw = token_baseline_batch(data.draw(st.integers(0, 999), "seed"), B, T, sizes, mask_dtype,
-                                                   dtype, with_weights)
-    if transposed:  # the same values in memory laid out time first: the torch form
-        r, lp, sp = (x.t().contiguous().t() for x in (r, lp, sp))
+def _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, zero_tail, epsilon):
+    """rlscan's estimator against verl's on the same inputs: the returns bit for bit; the
+    advantages within the float32 rounding of the group sums, and bit for bit where every
+    group has at most 3 responses (each torch reduction then adds in order); NaN alike."""
     name = ("compute_multi_turn_optimal_token_baseline_advantage" if multi_turn
             else "compute_optimal_token_baseline_advantage")
     kwargs = dict(rollout_is_weights=iw, handle_zero_tail=zero_tail, epsilon=epsilon)
@@ -417,10 +398,59 @@ def test_optimal_token_baselines_are_verls(core_algos, data):
     want_adv, want_ret = getattr(core_algos, name)(r, m, index, lp, sp, **kwargs)
     assert adv.dtype == want_adv.dtype and ret.dtype == want_ret.dtype
     assert torch.equal(ret, want_ret)
-    if max(collections.Counter(index).values()) <= 3:
-        assert torch.equal(adv.nan_to_num(), want_adv.nan_to_num()), float((adv - want_adv).abs().nan_to_num().max())
     assert torch.equal(adv.isnan(), want_adv.isnan())
-    assert_rounding(adv.nan_to_num(), want_adv.nan_to_num(), _token_baseline_terms(want_ret, index, m), k=4)
+    adv, want_adv = adv.nan_to_num(), want_adv.nan_to_num()
+    if max(collections.Counter(index).values()) <= 3:
+        assert torch.equal(adv, want_adv), float((adv - want_adv).abs().max())
+    assert_rounding(adv, want_adv, _token_baseline_terms(want_ret, index, m), k=4)
+
+
+@pytest.mark.parametrize("form", ["rows", "tensors"])
+@pytest.mark.parametrize("multi_turn", [False, True])
+@given(data=st.data())
+@settings(max_examples=10)
+def test_optimal_token_baselines_are_verls(core_algos, form, multi_turn, data):
+    """Both estimators, every option, on each form: the CPU loop (float32 rows contiguous in
+    time, an integer or bool mask) and the torch form (the GPU's; on the CPU for other
+    dtypes and layouts)."""
+    count_example("test_optimal_token_baselines_are_verls")
+    B, T = data.draw(st.integers(1, 12), "B"), data.draw(st.integers(1, 24), "T")
+    sizes = data.draw(st.sampled_from([(1, 2, 3), (2, 3, 5), (4, 8), (1, 2, 9)]), "sizes")
+    if form == "rows":
+        mask_dtypes, dtypes, layouts = [torch.int64, torch.bool, torch.int32], [torch.float32], ["rows"]
+    else:
+        mask_dtypes, dtypes = [torch.int64, torch.bool, torch.float32, torch.float64], [torch.float32, torch.float64]
+        layouts = ["rows", "time first"]
+    mask_dtype = data.draw(st.sampled_from(mask_dtypes), "mask_dtype")
+    dtype = data.draw(st.sampled_from(dtypes), "dtype")
+    layout = data.draw(st.sampled_from(layouts), "layout")
+    r, m, index, lp, sp, iw = token_baseline_batch(data.draw(st.integers(0, 999), "seed"), B, T, sizes, mask_dtype,
+                                                   dtype, data.draw(st.booleans(), "rollout_is_weights"))
+    if layout == "time first":  # the same values laid out time first in memory
+        r, lp, sp = (x.t().contiguous().t() for x in (r, lp, sp))
+    if form == "tensors" and _verl_token_baseline._rows_apply(r, m, lp, sp, iw):  # a row or a step: contiguous
+        r, lp, sp, iw = (None if x is None else x.double() for x in (r, lp, sp, iw))
+    assert _verl_token_baseline._rows_apply(r, m, lp, sp, iw) == (form == "rows")
+    _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, data.draw(st.booleans(), "zero_tail"),
+                          data.draw(st.sampled_from([1e-8, 1e-3, 0.0]), "epsilon"))  # 0: 0/0 where none is kept
+
+
+@pytest.mark.parametrize("form", ["rows", "tensors"])
+@pytest.mark.parametrize("multi_turn", [False, True])
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_optimal_token_baseline_groups(core_algos, form, multi_turn, zero_tail):
+    """The groups each rule singles out: one response with tokens beside empty ones (a group
+    of one for the multi-turn estimator), a tie for the longest, a unique longest, a group of
+    one, an all-empty group; verl's numbers bit for bit (groups of at most 3)."""
+    T = 12
+    lengths = [7, 0, 0, 9, 9, 4, 11, 3, 6, 0, 0]
+    index = np.array(["a", "a", "a", "b", "b", "b", "c", "c", "d", "e", "e"], dtype=object)
+    m = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+    m[6, 2:5] = 0  # an observation span: the multi-turn estimator aligns ranks, not positions
+    r, _, _, lp, sp, iw = token_baseline_batch(1, len(lengths), T, (2,), torch.int64, None, True)
+    if form == "tensors":
+        r, lp, sp, iw = r.double(), lp.double(), sp.double(), iw.double()
+    _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, zero_tail, 1e-8)
 
 
 @pytest.mark.parametrize("multi_turn", [False, True])
