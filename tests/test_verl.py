@@ -453,6 +453,19 @@ def test_optimal_token_baseline_groups(core_algos, form, multi_turn, zero_tail):
     _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, zero_tail, 1e-8)
 
 
+def test_group_sums_add_in_torchs_order():
+    """The CPU loop's group sums are torch's ``sum(dim=0)`` bit for bit (its ``multi_row_sum``
+    order), from one response to groups large enough for every level of its cascade."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("the order is checked against torch's x86 kernels")
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 5, 16, 17, 40, 256, 300, 4097):
+        x = torch.randn(n, 64, generator=g) * torch.rand(n, 64, generator=g) ** 4 * 1000
+        out = np.empty(64, np.float32)
+        _verl_token_baseline._tree_sums(x.numpy(), n, 64, np.empty((4, 64), np.float32), out)
+        assert torch.equal(torch.from_numpy(out), x.sum(dim=0)), n
+
+
 @pytest.mark.parametrize("multi_turn", [False, True])
 def test_optimal_token_baselines_on_threads(core_algos, monkeypatch, multi_turn):
     """The CPU loop's groups split between threads (as on a large batch) give the same bits."""
