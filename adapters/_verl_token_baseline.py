@@ -251,33 +251,65 @@ if numba is not None:
         return star, second
 
     @njit(cache=True, nogil=True, error_model="numpy")
-    def _returns(r, m, size, rows, ret, lengths):
+    def _returns(r, m, size, rows, ret, lengths, kept):
         """Each row's returns ``G`` (a reverse cumulative sum carried in float64, as torch's
-        ``cumsum``, rounded at each step) and its count of kept tokens; the number of rows
-        whose mask holds other values than 0 and 1. ``m``: the mask's bytes, ``size`` a
-        value (an integer or bool mask: a value is 0 or 1 where its low byte is and its
-        other bytes are 0, so the row's byte sum equals its count of non-zero low bytes)."""
+        ``cumsum``, rounded at each step), its kept tokens as 0/1 bytes (``kept[i]``) and their
+        count; the number of rows whose mask holds other values than 0 and 1. ``m``: the mask's
+        bytes, ``size`` a value's (an integer or bool mask: a value is 0 or 1 where its low
+        byte is and its other bytes are 0, so the row's byte sum equals its count of non-zero
+        low bytes). Four rows at a time, so that their carries' additions overlap (the last
+        rows of a group repeat its last, whose values they write again; ``kept`` has 3 rows
+        to spare)."""
+        N = len(rows)
         T = r.shape[1]
         bad = 0
-        for i in range(len(rows)):
-            j = rows[i]
-            acc = 0.0
-            kept = 0
+        for i0 in range(0, N, 4):
+            j0 = rows[i0]
+            j1 = rows[min(i0 + 1, N - 1)]
+            j2 = rows[min(i0 + 2, N - 1)]
+            j3 = rows[min(i0 + 3, N - 1)]
+            a0 = 0.0
+            a1 = 0.0
+            a2 = 0.0
+            a3 = 0.0
             for t in range(T - 1, -1, -1):
-                x = r[j, t]
-                if m[j, t * size] == 0:
-                    x = x * _ZERO
-                else:
-                    kept += 1
-                acc += x
-                ret[j, t] = acc
-            total = 0
-            for u in range(T * size):
-                total += m[j, u]
-            if total != kept:
-                bad += 1
-            lengths[i] = kept
+                k0 = m[j0, t * size] != 0
+                k1 = m[j1, t * size] != 0
+                k2 = m[j2, t * size] != 0
+                k3 = m[j3, t * size] != 0
+                kept[i0, t] = k0
+                kept[i0 + 1, t] = k1
+                kept[i0 + 2, t] = k2
+                kept[i0 + 3, t] = k3
+                a0 += r[j0, t] * (_ONE if k0 else _ZERO)
+                a1 += r[j1, t] * (_ONE if k1 else _ZERO)
+                a2 += r[j2, t] * (_ONE if k2 else _ZERO)
+                a3 += r[j3, t] * (_ONE if k3 else _ZERO)
+                ret[j0, t] = a0
+                ret[j1, t] = a1
+                ret[j2, t] = a2
+                ret[j3, t] = a3
+            for i in range(i0, min(i0 + 4, N)):
+                j = rows[i]
+                count = 0
+                for t in range(T):
+                    count += kept[i, t]
+                total = 0
+                for u in range(T * size):
+                    total += m[j, u]
+                if total != count:
+                    bad += 1
+                lengths[i] = count
         return bad
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def _w(pi_adv, sp, iw, has_iw, j, t):
+        """``w_t = (1 − 2 π_t + Σπ²_t) · ρ_t²`` in verl's order of float32 operations."""
+        w = (_ONE - _TWO * pi_adv[j, t]) + sp[j, t]
+        if has_iw:
+            q = iw[j, t]
+            w = w * (q * q)
+        return w
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def _groups_loop(r, m, size, pi_adv, sp, iw, has_iw, order, starts, eps, zero_tail, multi_turn, ret, bad, g0, g1):
@@ -288,26 +320,27 @@ if numba is not None:
         most = 0
         for g in range(g0, g1):
             most = max(most, starts[g + 1] - starts[g])
-        num = np.empty((most, _TILE), np.float32)
-        den = np.empty((most, _TILE), np.float32)
-        at = np.empty((most, _TILE), np.int64)
+        slots = most + 3  # the rows four at a time
+        kept = np.empty((slots, T), np.uint8)
+        num = np.empty((slots, _TILE), np.float32)
+        den = np.empty((slots, _TILE), np.float32)
         acc = np.empty((4, _TILE), np.float32)
         b = np.empty(_TILE, np.float32)
         bd = np.empty(_TILE, np.float32)
-        lengths = np.empty(most, np.int64)
-        carry = np.empty(most, np.float64)
+        lengths = np.empty(slots, np.int64)
+        carry = np.empty(slots, np.float64)
         for g in range(g0, g1):
             rows = order[starts[g]:starts[g + 1]]
-            bad[g] = _returns(r, m, size, rows, ret, lengths)
+            bad[g] = _returns(r, m, size, rows, ret, lengths, kept)
             if multi_turn:
-                _ranked_group(m, size, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, at, acc,
-                              b, bd, carry)
+                _ranked_group(kept, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc, b, bd,
+                              carry)
             else:
-                _positioned_group(m, size, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc,
-                                  b, bd, carry)
+                _positioned_group(kept, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc, b,
+                                  bd, carry)
 
     @njit(cache=True, nogil=True, error_model="numpy")
-    def _positioned_group(m, size, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc, b, bd,
+    def _positioned_group(kept, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc, b, bd,
                           carry):
         """``optimal_token_baseline``'s advantages of one group, in tiles of positions: each
         response's ``W`` and terms, the group's sums, then each response's advantages."""
@@ -316,7 +349,7 @@ if numba is not None:
         if N == 1:
             j = rows[0]
             for t in range(T):
-                pi_adv[j, t] = ret[j, t] * (_ONE if m[j, t * size] != 0 else _ZERO)
+                pi_adv[j, t] = ret[j, t] * (_ONE if kept[0, t] else _ZERO)
             return
         star, second = -1, T
         if zero_tail:
@@ -330,15 +363,11 @@ if numba is not None:
                 w_sum = carry[i]
                 for c in range(width):
                     t = c0 + c
-                    mf = _ONE if m[j, t * size] != 0 else _ZERO
-                    w = (_ONE - _TWO * pi_adv[j, t]) + sp[j, t]
-                    if has_iw:
-                        q = iw[j, t]
-                        w = w * (q * q)
-                    w_sum += w * mf
+                    f = _ONE if kept[i, t] else _ZERO
+                    w_sum += _w(pi_adv, sp, iw, has_iw, j, t) * f
                     W = _F(w_sum)
-                    num[i, c] = (ret[j, t] * W) * mf
-                    den[i, c] = W * mf
+                    num[i, c] = (ret[j, t] * W) * f
+                    den[i, c] = W * f
                 carry[i] = w_sum
             _tree_sums(num, N, width, acc, b)
             _tree_sums(den, N, width, acc, bd)
@@ -347,17 +376,18 @@ if numba is not None:
             for i in range(N):
                 j = rows[i]
                 end = width if i != star else min(width, max(second - c0, 0))
-                for c in range(width):
+                for c in range(end):
                     t = c0 + c
-                    mf = _ONE if m[j, t * size] != 0 else _ZERO
-                    pi_adv[j, t] = (ret[j, t] - (b[c] if c < end else _ZERO)) * mf
+                    pi_adv[j, t] = (ret[j, t] - b[c]) * (_ONE if kept[i, t] else _ZERO)
+                for c in range(end, width):
+                    t = c0 + c
+                    pi_adv[j, t] = (ret[j, t] - _ZERO) * (_ONE if kept[i, t] else _ZERO)
 
     @njit(cache=True, nogil=True, error_model="numpy")
-    def _ranked_group(m, size, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, at, acc, b, bd,
-                      carry):
+    def _ranked_group(kept, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc, b, bd, carry):
         """``tir_optimal_token_baseline``'s advantages of one group, in tiles of kept ranks:
-        each response's cursor walks on to its next kept tokens (its masked tokens get 0),
-        noting where they are; the group's sums; then the advantages at those tokens."""
+        each response's cursor walks on to its next kept tokens, the group's sums, then the
+        same tokens again for their advantages (0 at the masked ones)."""
         N = len(rows)
         T = pi_adv.shape[1]
         members = np.empty(N, np.int64)
@@ -371,14 +401,16 @@ if numba is not None:
                 for t in range(T):
                     pi_adv[j, t] = _ZERO
         if n == 1:
-            j = rows[members[0]]
+            i = members[0]
+            j = rows[i]
             for t in range(T):
-                pi_adv[j, t] = ret[j, t] if m[j, t * size] != 0 else _ZERO
+                pi_adv[j, t] = ret[j, t] if kept[i, t] else _ZERO
             return
         if n == 0:
             return
         L = np.empty(n, np.int64)
         cursor = np.zeros(n, np.int64)
+        begin = np.zeros(n, np.int64)
         longest = 0
         for a in range(n):
             L[a] = lengths[members[a]]
@@ -390,26 +422,20 @@ if numba is not None:
         for k0 in range(0, longest, _TILE):
             width = min(_TILE, longest - k0)
             for a in range(n):
-                j = rows[members[a]]
+                i = members[a]
+                j = rows[i]
                 w_sum = carry[a]
                 t = cursor[a]
                 ranks = min(width, max(L[a] - k0, 0))
+                begin[a] = t
                 c = 0
-                while c < ranks:
-                    w = (_ONE - _TWO * pi_adv[j, t]) + sp[j, t]
-                    if has_iw:
-                        q = iw[j, t]
-                        w = w * (q * q)
-                    if m[j, t * size] == 0:  # W goes on (w · 0); the advantage is 0
-                        w_sum += w * _ZERO
-                        pi_adv[j, t] = _ZERO
-                    else:
-                        w_sum += w
-                        W = _F(w_sum)
-                        num[a, c] = ret[j, t] * W
-                        den[a, c] = W
-                        at[a, c] = t
-                        c += 1
+                while c < ranks:  # without a branch: a masked token's terms are written over by the next
+                    k = kept[i, t]
+                    w_sum += _w(pi_adv, sp, iw, has_iw, j, t) * (_ONE if k else _ZERO)
+                    W = _F(w_sum)
+                    num[a, c] = ret[j, t] * W
+                    den[a, c] = W
+                    c += k
                     t += 1
                 for c in range(ranks, width):  # past its length: the zeros verl pads with
                     num[a, c] = _ZERO
@@ -420,13 +446,17 @@ if numba is not None:
             _tree_sums(den, n, width, acc, bd)
             for c in range(width):
                 b[c] = b[c] / (bd[c] + eps)
-            for a in range(n):
-                j = rows[members[a]]
+            for a in range(n):  # the same tokens again: the kept ones' advantages, 0 at the others
+                i = members[a]
+                j = rows[i]
                 ranks = min(width, max(L[a] - k0, 0))
                 end = ranks if a != star else min(ranks, max(second - k0, 0))
-                for c in range(ranks):
-                    t = at[a, c]
-                    pi_adv[j, t] = ret[j, t] - (b[c] if c < end else _ZERO)
+                c = 0
+                for t in range(begin[a], cursor[a]):
+                    k = kept[i, t]
+                    v = ret[j, t] - (b[c] if c < end else _ZERO)
+                    pi_adv[j, t] = v if k else _ZERO
+                    c += k
         for a in range(n):
             j = rows[members[a]]
             for t in range(cursor[a], T):
