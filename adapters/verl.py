@@ -13,7 +13,8 @@ and returns verl's ``(advantages, returns)``, with verl's dtypes. They follow ve
 releases ``SUPPORTED_VERL`` (:func:`patch` refuses others: REINFORCE++ differs before 0.9).
 
 verl computes advantages on its driver process, from CPU tensors: there the estimators run
-rlscan's CPU path; on a GPU, the Triton path.
+rlscan's CPU path; on a GPU, the Triton path (the group estimators: torch operations over
+group ids, with no Python loop over the groups or the responses).
 
 ``patch()``, ``unpatch()`` and ``is_patched()`` change verl's registry and module functions
 (the framework shape of :mod:`rlscan.adapters`).
@@ -42,9 +43,18 @@ returns are the advantages (:mod:`rlscan.adapters._verl_groups` computes every g
 * ``opo``: ``s − Σ_g ℓ s / Σ_g ℓ``, ``ℓ = Σ_t m`` the response's length;
 * ``gpg``: ``α (s − μ_g) / f_norm``, ``α = B / max(1, #{s ≠ 0})``;
 * ``reinforce_plus_plus_baseline``: ``masked_whiten((s − μ_g) · m, m) · m`` (``returns``
-  as well).
+  as well);
+* ``gdpo``: ``masked_whiten(Σ_k w_k a_k · m, m) · m`` (``returns`` as well), ``a_k`` the
+  ``grpo`` advantage of the ``k``-th reward (``config.gdpo_reward_keys`` of
+  ``non_tensor_batch``, weights ``config.gdpo_reward_weights``; ``s`` alone without them).
 
 In a group of one, ``μ_g = 0`` and ``σ_g = 1`` (``rloo`` and ``opo`` keep ``s``).
+
+The optimal token baselines, ``optimal_token_baseline`` and ``tir_optimal_token_baseline``:
+``G_t = Σ_{s ≥ t} r_s m_s``, ``W_t = Σ_{s ≤ t} (1 − 2 π_s + Σπ²_s) ρ_s² m_s`` and a
+baseline per step and group, ``b_t = Σ_g G_t W_t m_t / (Σ_g W_t m_t + ε)``; the
+advantages ``(G − b) · m``, the returns ``G``
+(:mod:`rlscan.adapters._verl_token_baseline` states them in full).
 
 See docs/adapters/verl.md.
 """
@@ -626,7 +636,8 @@ def _put(core_algos, place, value) -> None:
 
 def patch(*, exact: bool = False) -> None:
     """Make verl's estimators rlscan's: ``gae``, ``reinforce_plus_plus``, ``grpo``,
-    ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``opo`` and ``gpg``.
+    ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``opo``, ``gpg``, ``gdpo``,
+    ``optimal_token_baseline`` and ``tir_optimal_token_baseline``.
 
     Args:
         exact: on the GPU, the token estimators run one step at a time in verl's order (the
