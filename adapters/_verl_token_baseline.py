@@ -53,6 +53,8 @@ ROW_MASKS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torc
 PARALLEL_MIN_ELEMENTS = 1 << 18
 #: positions (kept ranks) of a group's responses the loop takes at once: their terms stay in cache
 _TILE = 1024
+#: runs of groups per thread
+CHUNKS_PER_THREAD = 4
 
 
 def token_baseline(r, m, ids, n_groups: int, lp, sp, iw, zero_tail: bool, eps: float, multi_turn: bool):
@@ -174,13 +176,15 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _chunks(starts: np.ndarray, T: int) -> list:
-    """``[(g0, g1), ...]``: the groups in runs of about equal rows, one per thread (one run
-    for a small batch)."""
+    """``[(g0, g1), ...]``: the groups in runs of about equal rows, ``CHUNKS_PER_THREAD`` per
+    thread, which the threads take in turn as they finish (a thread slowed by other work
+    on its core takes fewer); one run for a small batch."""
     n_groups = len(starts) - 1
-    threads = min(_threads(), n_groups)
-    if threads < 2 or starts[-1] * T < PARALLEL_MIN_ELEMENTS:
+    threads = _threads()
+    if threads < 2 or n_groups < 2 or starts[-1] * T < PARALLEL_MIN_ELEMENTS:
         return [(0, n_groups)]
-    cuts = np.searchsorted(starts, np.arange(1, threads) * (starts[-1] / threads))
+    runs = min(n_groups, CHUNKS_PER_THREAD * threads)
+    cuts = np.searchsorted(starts, np.arange(1, runs) * (starts[-1] / runs))
     bounds = [0, *sorted(set(int(c) for c in cuts) - {0, n_groups}), n_groups]
     return list(zip(bounds[:-1], bounds[1:]))
 
@@ -255,61 +259,72 @@ if numba is not None:
         """Each row's returns ``G`` (a reverse cumulative sum carried in float64, as torch's
         ``cumsum``, rounded at each step), its kept tokens as 0/1 bytes (``kept[i]``) and their
         count; the number of rows whose mask holds other values than 0 and 1. ``m``: the mask's
-        bytes, ``size`` a value's (an integer or bool mask: a value is 0 or 1 where its low
-        byte is and its other bytes are 0, so the row's byte sum equals its count of non-zero
-        low bytes). Four rows at a time, so that their carries' additions overlap (the last
+        bytes, ``size`` a value's (an integer or bool mask: a value is non-zero where its lowest
+        byte is, once :func:`_other_values` finds only 0 and 1). Four rows at a time, so that their carries' additions overlap (the last
         rows of a group repeat its last, whose values they write again; ``kept`` has 3 rows
-        to spare)."""
+        to spare). The loops index views from 0 (here reversed views): numba then leaves out
+        its check for negative indices, which keeps loops from vectorising."""
         N = len(rows)
         T = r.shape[1]
         bad = 0
+        last = (T - 1) * size
         for i0 in range(0, N, 4):
             j0 = rows[i0]
             j1 = rows[min(i0 + 1, N - 1)]
             j2 = rows[min(i0 + 2, N - 1)]
             j3 = rows[min(i0 + 3, N - 1)]
+            r0, r1, r2, r3 = r[j0, ::-1], r[j1, ::-1], r[j2, ::-1], r[j3, ::-1]
+            m0, m1 = m[j0, last::-size], m[j1, last::-size]
+            m2, m3 = m[j2, last::-size], m[j3, last::-size]
+            g0, g1, g2, g3 = ret[j0, ::-1], ret[j1, ::-1], ret[j2, ::-1], ret[j3, ::-1]
+            k0, k1 = kept[i0, ::-1], kept[i0 + 1, ::-1]
+            k2, k3 = kept[i0 + 2, ::-1], kept[i0 + 3, ::-1]
             a0 = 0.0
             a1 = 0.0
             a2 = 0.0
             a3 = 0.0
-            for t in range(T - 1, -1, -1):
-                k0 = m[j0, t * size] != 0
-                k1 = m[j1, t * size] != 0
-                k2 = m[j2, t * size] != 0
-                k3 = m[j3, t * size] != 0
-                kept[i0, t] = k0
-                kept[i0 + 1, t] = k1
-                kept[i0 + 2, t] = k2
-                kept[i0 + 3, t] = k3
-                a0 += r[j0, t] * (_ONE if k0 else _ZERO)
-                a1 += r[j1, t] * (_ONE if k1 else _ZERO)
-                a2 += r[j2, t] * (_ONE if k2 else _ZERO)
-                a3 += r[j3, t] * (_ONE if k3 else _ZERO)
-                ret[j0, t] = a0
-                ret[j1, t] = a1
-                ret[j2, t] = a2
-                ret[j3, t] = a3
+            for c in range(T):
+                k0[c] = m0[c] != 0
+                k1[c] = m1[c] != 0
+                k2[c] = m2[c] != 0
+                k3[c] = m3[c] != 0
+                a0 += r0[c] * (_ONE if k0[c] else _ZERO)
+                a1 += r1[c] * (_ONE if k1[c] else _ZERO)
+                a2 += r2[c] * (_ONE if k2[c] else _ZERO)
+                a3 += r3[c] * (_ONE if k3[c] else _ZERO)
+                g0[c] = a0
+                g1[c] = a1
+                g2[c] = a2
+                g3[c] = a3
             for i in range(i0, min(i0 + 4, N)):
-                j = rows[i]
+                kk = kept[i]
                 count = 0
                 for t in range(T):
-                    count += kept[i, t]
-                total = 0
-                for u in range(T * size):
-                    total += m[j, u]
-                if total != count:
-                    bad += 1
+                    count += kk[t]
                 lengths[i] = count
+                bad += _other_values(m[rows[i]], size)
         return bad
 
     @njit(cache=True, nogil=True, error_model="numpy")
-    def _w(pi_adv, sp, iw, has_iw, j, t):
-        """``w_t = (1 − 2 π_t + Σπ²_t) · ρ_t²`` in verl's order of float32 operations."""
-        w = (_ONE - _TWO * pi_adv[j, t]) + sp[j, t]
-        if has_iw:
-            q = iw[j, t]
-            w = w * (q * q)
-        return w
+    def _other_values(row, size):
+        """Whether a mask row (its bytes; ``size`` bytes a value, little-endian) holds a value
+        other than 0 and 1: a byte above 1, or a non-zero byte other than a value's lowest.
+        One OR over the row's 8-byte words, masked by the bits no 0/1 value sets."""
+        high = np.uint64(0)  # a value's bytes above its lowest, in a word
+        for b in range(1, 8):
+            if b % size != 0:
+                high |= np.uint64(0xFF) << np.uint64(8 * b)
+        forbidden = np.uint64(0xFEFEFEFEFEFEFEFE) | high
+        n = len(row)
+        whole = n - n % 8
+        words = row[:whole].view(np.uint64)
+        seen = np.uint64(0)
+        for u in range(len(words)):
+            seen |= words[u] & forbidden
+        for u in range(whole, n):  # the bytes after the last word (a bool mask's)
+            if row[u] > (1 if u % size == 0 else 0):
+                seen = np.uint64(1)
+        return 1 if seen != 0 else 0
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def _groups_loop(r, m, size, pi_adv, sp, iw, has_iw, order, starts, eps, zero_tail, multi_turn, ret, bad, g0, g1):
@@ -343,32 +358,49 @@ if numba is not None:
     def _positioned_group(kept, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc, b, bd,
                           carry):
         """``optimal_token_baseline``'s advantages of one group, in tiles of positions: each
-        response's ``W`` and terms, the group's sums, then each response's advantages."""
+        response's ``W`` and terms (two responses at a time, so that their carries' additions
+        overlap), the group's sums, then each response's advantages."""
         N = len(rows)
         T = pi_adv.shape[1]
         if N == 1:
-            j = rows[0]
+            aa, rr, kk = pi_adv[rows[0]], ret[rows[0]], kept[0]
             for t in range(T):
-                pi_adv[j, t] = ret[j, t] * (_ONE if kept[0, t] else _ZERO)
+                aa[t] = rr[t] * (_ONE if kk[t] else _ZERO)
             return
         star, second = -1, T
         if zero_tail:
             star, second = _longest(lengths, N)
-        for i in range(N):
+        for i in range(N + 1):
             carry[i] = 0.0
         for c0 in range(0, T, _TILE):
-            width = min(_TILE, T - c0)
-            for i in range(N):
-                j = rows[i]
-                w_sum = carry[i]
+            c1 = min(c0 + _TILE, T)
+            width = c1 - c0
+            for i in range(0, N, 2):  # two responses side by side (the last repeated for an odd count)
+                ja, jb = rows[i], rows[min(i + 1, N - 1)]
+                ka, pa, sa, qa, ra = kept[i, c0:c1], pi_adv[ja, c0:c1], sp[ja, c0:c1], iw[ja, c0:c1], ret[ja, c0:c1]
+                kb, pb, sb, qb, rb = (kept[i + 1, c0:c1], pi_adv[jb, c0:c1], sp[jb, c0:c1], iw[jb, c0:c1],
+                                      ret[jb, c0:c1])
+                na, da, nb, db = num[i], den[i], num[i + 1], den[i + 1]
+                wa, wb = carry[i], carry[i + 1]
                 for c in range(width):
-                    t = c0 + c
-                    f = _ONE if kept[i, t] else _ZERO
-                    w_sum += _w(pi_adv, sp, iw, has_iw, j, t) * f
-                    W = _F(w_sum)
-                    num[i, c] = (ret[j, t] * W) * f
-                    den[i, c] = W * f
-                carry[i] = w_sum
+                    fa = _ONE if ka[c] else _ZERO
+                    fb = _ONE if kb[c] else _ZERO
+                    xa = (_ONE - _TWO * pa[c]) + sa[c]
+                    xb = (_ONE - _TWO * pb[c]) + sb[c]
+                    if has_iw:
+                        q = qa[c]
+                        xa = xa * (q * q)
+                        q = qb[c]
+                        xb = xb * (q * q)
+                    wa += xa * fa
+                    wb += xb * fb
+                    Wa = _F(wa)
+                    Wb = _F(wb)
+                    na[c] = (ra[c] * Wa) * fa
+                    nb[c] = (rb[c] * Wb) * fb
+                    da[c] = Wa * fa
+                    db[c] = Wb * fb
+                carry[i], carry[i + 1] = wa, wb
             _tree_sums(num, N, width, acc, b)
             _tree_sums(den, N, width, acc, bd)
             for c in range(width):
@@ -376,12 +408,11 @@ if numba is not None:
             for i in range(N):
                 j = rows[i]
                 end = width if i != star else min(width, max(second - c0, 0))
+                aa, rr, kk = pi_adv[j, c0:c1], ret[j, c0:c1], kept[i, c0:c1]
                 for c in range(end):
-                    t = c0 + c
-                    pi_adv[j, t] = (ret[j, t] - b[c]) * (_ONE if kept[i, t] else _ZERO)
+                    aa[c] = (rr[c] - b[c]) * (_ONE if kk[c] else _ZERO)
                 for c in range(end, width):
-                    t = c0 + c
-                    pi_adv[j, t] = (ret[j, t] - _ZERO) * (_ONE if kept[i, t] else _ZERO)
+                    aa[c] = (rr[c] - _ZERO) * (_ONE if kk[c] else _ZERO)
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def _ranked_group(kept, pi_adv, sp, iw, has_iw, rows, lengths, eps, zero_tail, ret, num, den, acc, b, bd, carry):
@@ -397,14 +428,11 @@ if numba is not None:
                 members[n] = i
                 n += 1
             else:  # no kept token: outside the group, advantages 0
-                j = rows[i]
-                for t in range(T):
-                    pi_adv[j, t] = _ZERO
+                pi_adv[rows[i]] = _ZERO
         if n == 1:
-            i = members[0]
-            j = rows[i]
+            aa, rr, kk = pi_adv[rows[members[0]]], ret[rows[members[0]]], kept[members[0]]
             for t in range(T):
-                pi_adv[j, t] = ret[j, t] if kept[i, t] else _ZERO
+                aa[t] = rr[t] if kk[t] else _ZERO
             return
         if n == 0:
             return
@@ -424,24 +452,31 @@ if numba is not None:
             for a in range(n):
                 i = members[a]
                 j = rows[i]
+                t0 = cursor[a]
+                kk, pp, ss, qq, rr = kept[i, t0:], pi_adv[j, t0:], sp[j, t0:], iw[j, t0:], ret[j, t0:]
+                nn, dd = num[a], den[a]
                 w_sum = carry[a]
-                t = cursor[a]
                 ranks = min(width, max(L[a] - k0, 0))
-                begin[a] = t
+                u = 0
                 c = 0
                 while c < ranks:  # without a branch: a masked token's terms are written over by the next
-                    k = kept[i, t]
-                    w_sum += _w(pi_adv, sp, iw, has_iw, j, t) * (_ONE if k else _ZERO)
+                    k = kk[u]
+                    w = (_ONE - _TWO * pp[u]) + ss[u]
+                    if has_iw:
+                        q = qq[u]
+                        w = w * (q * q)
+                    w_sum += w * (_ONE if k else _ZERO)
                     W = _F(w_sum)
-                    num[a, c] = ret[j, t] * W
-                    den[a, c] = W
+                    nn[c] = rr[u] * W
+                    dd[c] = W
                     c += k
-                    t += 1
+                    u += 1
                 for c in range(ranks, width):  # past its length: the zeros verl pads with
-                    num[a, c] = _ZERO
-                    den[a, c] = _ZERO
+                    nn[c] = _ZERO
+                    dd[c] = _ZERO
                 carry[a] = w_sum
-                cursor[a] = t
+                begin[a] = t0
+                cursor[a] = t0 + u
             _tree_sums(num, n, width, acc, b)
             _tree_sums(den, n, width, acc, bd)
             for c in range(width):
@@ -451,13 +486,12 @@ if numba is not None:
                 j = rows[i]
                 ranks = min(width, max(L[a] - k0, 0))
                 end = ranks if a != star else min(ranks, max(second - k0, 0))
+                kk, rr, aa = kept[i, begin[a]:cursor[a]], ret[j, begin[a]:cursor[a]], pi_adv[j, begin[a]:cursor[a]]
                 c = 0
-                for t in range(begin[a], cursor[a]):
-                    k = kept[i, t]
-                    v = ret[j, t] - (b[c] if c < end else _ZERO)
-                    pi_adv[j, t] = v if k else _ZERO
+                for u in range(cursor[a] - begin[a]):
+                    k = kk[u]
+                    v = rr[u] - (b[c] if c < end else _ZERO)
+                    aa[u] = v if k else _ZERO
                     c += k
         for a in range(n):
-            j = rows[members[a]]
-            for t in range(cursor[a], T):
-                pi_adv[j, t] = _ZERO
+            pi_adv[rows[members[a]], cursor[a]:] = _ZERO

@@ -483,15 +483,20 @@ def test_optimal_token_baselines_on_threads(core_algos, monkeypatch, multi_turn)
 
 @pytest.mark.parametrize("form", ["rows", "tensors"])
 @pytest.mark.parametrize("multi_turn", [False, True])
-def test_optimal_token_baseline_refuses_other_mask_values(form, multi_turn):
-    r, m, index, lp, sp, _ = token_baseline_batch(3, 6, 10, (2, 3), torch.int64, None, False)
-    m[2, 4] = 2
+@pytest.mark.parametrize("mask_dtype, value, at", [(torch.int64, 2, 4), (torch.int64, -1, 9), (torch.int32, 256, 0),
+                                                   (torch.int16, 3, 9), (torch.int16, 256, 9), (torch.uint8, 255, 8)])
+def test_optimal_token_baseline_refuses_other_mask_values(form, multi_turn, mask_dtype, value, at):
+    """The CPU loop reads the mask as bytes: a value whose low byte is 0 or 1 but another is
+    not (256), and one in the bytes after the row's last 8-byte word (10 tokens of 2 bytes
+    or 1), are refused as any other."""
+    r, m, index, lp, sp, _ = token_baseline_batch(3, 6, 10, (2, 3), mask_dtype, None, False)
+    m[2, at] = value
     if form == "tensors":
-        r = r.double()
+        r, lp, sp = r.double(), lp.double(), sp.double()
     fn = (verl.compute_multi_turn_optimal_token_baseline_advantage if multi_turn
           else verl.compute_optimal_token_baseline_advantage)
     with pytest.raises(ValueError, match="response_mask must hold only 0 and 1"):
-        fn(r, m, index, lp.to(r.dtype), sp.to(r.dtype))
+        fn(r, m, index, lp, sp)
 
 
 def test_optimal_token_baseline_bad_input():
