@@ -34,6 +34,7 @@ of up to 16), and within float32's rounding of those sums elsewhere.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 
 import numpy as np
@@ -161,18 +162,21 @@ def rows(r, m, ids, n_groups: int, lp, sp, iw, zero_tail: bool, eps: float, mult
 
 
 _pool_lock = threading.Lock()
-_pool_made = []
+_pools: dict = {}  # process id -> the threads that run the loop's runs of groups (a forked child makes its own)
 
 
 def _threads() -> int:
+    """The threads the loop runs on: numba's (``NUMBA_NUM_THREADS``, by default every CPU)."""
     return numba.get_num_threads()
 
 
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
     with _pool_lock:
-        if not _pool_made:
-            _pool_made.append(concurrent.futures.ThreadPoolExecutor(_threads(), thread_name_prefix="rlscan-verl"))
-        return _pool_made[0]
+        pool = _pools.get(os.getpid())
+        if pool is None:
+            pool = _pools[os.getpid()] = concurrent.futures.ThreadPoolExecutor(_threads(),
+                                                                               thread_name_prefix="rlscan-verl")
+        return pool
 
 
 def _chunks(starts: np.ndarray, T: int) -> list:

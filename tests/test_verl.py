@@ -453,6 +453,15 @@ def test_optimal_token_baseline_groups(core_algos, form, multi_turn, zero_tail):
     _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, zero_tail, 1e-8)
 
 
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0)])
+def test_optimal_token_baselines_of_nothing(core_algos, shape):
+    r, lp, sp = torch.randn(shape), -torch.rand(shape), torch.rand(shape)
+    m = torch.ones(shape, dtype=torch.int64)
+    for multi_turn in (False, True):
+        _check_token_baseline(core_algos, multi_turn, r, m, np.array(["a"] * shape[0], dtype=object), lp, sp, None,
+                              True, 1e-8)
+
+
 def test_group_sums_add_in_torchs_order():
     """The CPU loop's group sums are torch's ``sum(dim=0)`` bit for bit (its ``multi_row_sum``
     order), from one response to groups large enough for every level of its cascade."""
