@@ -613,6 +613,9 @@ def test_gdpo_errors():
            non_tensor_batch=non_tensor, batch=tensors)
     with pytest.raises(ValueError, match="one reward per response"):
         fn(r, m, index, config={"gdpo_reward_keys": ["x"]}, non_tensor_batch={"x": np.zeros(3)}, batch=tensors)
+    wide = dict(tensors, attention_mask=torch.ones(8, 5 + 7, dtype=torch.int64))  # 7 response tokens of 6
+    with pytest.raises(ValueError, match="counts more than the 6 tokens"):
+        fn(r, m, index, config={"gdpo_reward_keys": ["acc"]}, non_tensor_batch=non_tensor, batch=wide)
     with pytest.raises(TypeError, match="norm_adv_by_std_in_grpo must be a bool"):
         fn(r, m, index, norm_adv_by_std_in_grpo=None)
     with pytest.raises(ValueError, match="at least two tokens"):
