@@ -178,9 +178,16 @@ def _rllib(ns: dict) -> None:
 
 def _verl(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
+    mask = (torch.arange(T) < torch.tensor([[T], [T - 2], [2]])).long()
+    log_probs = -torch.rand(N, T, generator=gen)
     ns.update(token_level_rewards=_randn(N, T, gen=gen), values=_randn(N, T, gen=gen, dtype=torch.bfloat16),
-              response_mask=(torch.arange(T) < torch.tensor([[T], [T - 2], [2]])).long(), gamma=1.0, lam=0.95,
-              config=SimpleNamespace(gamma=1.0), index=np.array(["uid-0", "uid-0", "uid-1"], dtype=object))
+              response_mask=mask, gamma=1.0, lam=0.95,
+              config=SimpleNamespace(gamma=1.0), index=np.array(["uid-0", "uid-0", "uid-1"], dtype=object),
+              old_log_probs=log_probs, sum_pi_squared=log_probs.exp() ** 2 + 0.1, rollout_is_weights=torch.ones(N, T),
+              algo_config={"gdpo_reward_keys": ["format_reward", "accuracy_reward"]},
+              non_tensor_batch={"format_reward": np.array([1.0, 0.0, 1.0]), "accuracy_reward": np.array([0, 1, 1])},
+              batch={"prompts": torch.zeros(N, 2, dtype=torch.int64),
+                     "attention_mask": torch.cat([torch.ones(N, 2, dtype=torch.int64), mask], dim=1)})
 
 
 def _openrlhf(ns: dict) -> None:
@@ -284,9 +291,11 @@ def shortest(argv: list, out: str) -> list:
     """``rlscan bench`` as the docs write it, cut to the smallest run that reaches the same code:
     ``--quick``, one op at one shape (no grid where the command times ``--e2e``), into ``out``;
     its options sorted, so that commands that differ only in their order run once. The CPU
-    timings of verl and OpenRLHF run their tiny shapes (``--dry``)."""
-    if argv in (["tools/verl_timing.py", "--cpu"], ["tools/openrlhf_timing.py"]):
-        return argv + ["--dry"]
+    timings of verl (``--cpu``, with any other option) and OpenRLHF, and the timing of verl's v1
+    wrapper, run their tiny shapes (``--dry``)."""
+    if argv[:2] == ["tools/verl_timing.py", "--cpu"] or argv[:1] in (["tools/openrlhf_timing.py"],
+                                                                    ["tools/verl_v1_keys_timing.py"]):
+        return argv + ["--dry"] if "--dry" not in argv else list(argv)
     if argv[:2] != ["rlscan", "bench"]:
         return list(argv)
     options, k = {}, 2
