@@ -21,7 +21,9 @@ What it measures:
   with ``rollout_is_weights``) and GDPO (on the token rewards) at 512 x 4096 and
   64 x 32768 in groups of 8 (``BASELINE_SHAPES``; float32 log-probabilities and
   ``sum_pi_squared``), verl's functions timed whole; the table gives the largest difference
-  of rlscan's advantages from verl's (the returns must be equal);
+  of rlscan's advantages from verl's (the returns must be equal). Their copy floor is a
+  ``Tensor.copy_`` that moves the same bytes, timed in the same rounds as rlscan (its
+  median), so that both see the same load;
 * correctness first, on the batch (or its timed prefix): rlscan's returns against verl's
   (GAE's against verl's on the bf16 values widened to float32, which rlscan computes), and
   the advantages to float32's rounding; a wrong result is marked BAD and the exit code is 1;
@@ -191,12 +193,21 @@ def baseline_inputs(B, T, size):
     return r, m, index, lp, sp, iw
 
 
+def copy_of(nbytes: int):
+    """A torch copy that moves ``nbytes`` (reads half, writes half): the floor of a call
+    that moves them, timed in the same rounds as the call."""
+    src = torch.rand(nbytes // 8)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def baseline_rows(B, T, size) -> list:
     r, m, index, lp, sp, iw = baseline_inputs(B, T, size)
     args = {"optimal_token_baseline": (r, m, index, lp, sp, iw), "tir_optimal_token_baseline": (r, m, index, lp, sp, iw),
             "gdpo": (r, m, index)}
-    bandwidth = copy_bandwidth()
     fns, ok, diff = {}, {}, {}
+    for name, (_, per_token) in BASELINE_ESTIMATORS.items():
+        fns[f"floor {name}"] = copy_of(B * T * per_token)
     for name, (attr, _) in BASELINE_ESTIMATORS.items():
         ours, theirs = getattr(verl, attr), getattr(core_algos, attr)
         got, want = ours(*args[name]), theirs(*args[name])
@@ -207,11 +218,11 @@ def baseline_rows(B, T, size) -> list:
     times = timed(fns, {name: LOOP_CALLS if name.startswith("verl") else CALLS for name in fns})
     rows = []
     for name, (_, per_token) in BASELINE_ESTIMATORS.items():
-        ours = times[f"rlscan {name}"]
+        ours, floor_s = times[f"rlscan {name}"], statistics.median(times[f"floor {name}"])
         rows.append(dict(estimator=name, shape=f"{B} × {T} (groups of {size})", ok=ok[name], max_diff=diff[name],
                          verl_s=statistics.median(times[f"verl {name}"]), scaled=False,
                          rlscan_s=statistics.median(ours), p90=sorted(ours)[int(0.9 * (len(ours) - 1))],
-                         floor_s=B * T * per_token / bandwidth, bandwidth=bandwidth))
+                         floor_s=floor_s, bandwidth=B * T * per_token / floor_s))
     return rows
 
 
