@@ -89,6 +89,8 @@ def v1_utils():
     finally:
         if finder is not None:
             sys.meta_path.remove(finder)
+            for name in [n for n, module in sys.modules.items() if isinstance(module, _Empty)]:
+                del sys.modules[name]  # the modules that imported them keep them; later imports do not
 
 
 def batch(outputs_per_session: int):
