@@ -148,8 +148,9 @@ def rows(r, m, ids, n_groups: int, lp, sp, iw, zero_tail: bool, eps: float, mult
     returns = torch.empty_like(r)
     bad = np.zeros(n_groups, dtype=np.int64)
     weights = sp if iw is None else iw  # read only with has_iw
-    args = (r.numpy(), m.view(torch.uint8).numpy(), m.element_size(), advantages.numpy(), sp.numpy(), weights.numpy(),
-            iw is not None, order.numpy(), starts.numpy(), np.float32(eps), zero_tail, multi_turn, returns.numpy(), bad)
+    args = (r.detach().numpy(), m.detach().view(torch.uint8).numpy(), m.element_size(), advantages.numpy(),
+            sp.detach().numpy(), weights.detach().numpy(), iw is not None, order.numpy(), starts.numpy(),
+            np.float32(eps), zero_tail, multi_turn, returns.numpy(), bad)
     chunks = _chunks(starts.numpy(), T)
     if len(chunks) == 1:
         _groups_loop(*args, 0, n_groups)
