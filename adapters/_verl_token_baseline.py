@@ -33,9 +33,11 @@ of up to 16), and within float32's rounding of those sums elsewhere.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import os
 import threading
+import time
 
 import numpy as np
 import torch
@@ -155,8 +157,15 @@ def rows(r, m, ids, n_groups: int, lp, sp, iw, zero_tail: bool, eps: float, mult
     if len(chunks) == 1:
         _groups_loop(*args, 0, n_groups)
     else:
-        for done in [_pool().submit(_groups_loop, *args, g0, g1) for g0, g1 in chunks]:
-            done.result()
+        ways = _ways((B, T, n_groups, multi_turn, iw is not None))
+        parallel = ways.parallel()
+        start = time.perf_counter()
+        if parallel:
+            for done in [_pool().submit(_groups_loop, *args, g0, g1) for g0, g1 in chunks]:
+                done.result()
+        else:
+            _groups_loop(*args, 0, n_groups)
+        ways.note(parallel, time.perf_counter() - start)
     if bad.any():
         _common.raise_mask_values("response_mask")
     return advantages, returns
@@ -178,6 +187,51 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
             pool = _pools[os.getpid()] = concurrent.futures.ThreadPoolExecutor(_threads(),
                                                                                thread_name_prefix="rlscan-verl")
         return pool
+
+
+class _Ways:
+    """Whether a batch's next call runs its groups on every core or on the calling thread:
+    the way whose calls took less time lately (the least of each way's last ``RECENT``).
+    Other work on the CPUs can make the threads wait for each other longer than the calling
+    thread alone takes. The first calls take turns until each way has ``RECENT`` timed calls
+    (its first call is not timed: it may compile); then the faster runs, and the other again
+    every ``RECHECK_EVERY`` calls. Both compute the same bits."""
+
+    RECENT, RECHECK_EVERY = 3, 32
+
+    def __init__(self):
+        self.recent = ([], [])  # the calling thread's and every core's last timed calls
+        self.runs = [0, 0]
+        self.calls = 0
+
+    def parallel(self) -> bool:
+        self.calls += 1
+        if self.calls <= 2 * (self.RECENT + 1):
+            return self.calls % 2 == 1
+        serial, parallel = self.recent
+        return (min(parallel) <= min(serial)) != (self.calls % self.RECHECK_EVERY == 0)
+
+    def note(self, parallel: bool, seconds: float) -> None:
+        k = int(parallel)
+        self.runs[k] += 1
+        if self.runs[k] > 1:
+            self.recent[k].append(seconds)
+            del self.recent[k][:-self.RECENT]
+
+
+_ways_of: collections.OrderedDict = collections.OrderedDict()  # a batch's shape and options -> its _Ways
+
+
+def _ways(key: tuple) -> _Ways:
+    with _pool_lock:
+        ways = _ways_of.get(key)
+        if ways is None:
+            ways = _ways_of[key] = _Ways()
+            if len(_ways_of) > 64:  # the shapes seen last
+                _ways_of.popitem(last=False)
+        else:
+            _ways_of.move_to_end(key)
+        return ways
 
 
 def _chunks(starts: np.ndarray, T: int) -> list:

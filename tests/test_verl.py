@@ -478,18 +478,21 @@ def test_group_sums_add_in_torchs_order():
 
 @pytest.mark.parametrize("multi_turn", [False, True])
 def test_optimal_token_baselines_on_threads(core_algos, monkeypatch, multi_turn):
-    """The CPU loop's groups split between threads (as on a large batch) give the same bits."""
+    """The CPU loop's groups split between threads (as on a large batch: its first call), and
+    all on the calling thread (its second), give the same bits."""
     monkeypatch.setattr(_verl_token_baseline, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(_verl_token_baseline, "_ways_of", collections.OrderedDict())
     r, m, index, lp, sp, iw = token_baseline_batch(5, 40, 33, (2, 3, 5), torch.int64, None, True)
     name = ("compute_multi_turn_optimal_token_baseline_advantage" if multi_turn
             else "compute_optimal_token_baseline_advantage")
-    assert len(_verl_token_baseline._chunks(np.array([0, 10, 20, 30, 40]), 33)) > 1 or \
-        _verl_token_baseline._threads() < 2
-    adv, ret = getattr(verl, name)(r, m, index, lp, sp, iw)
     want_adv, want_ret = getattr(core_algos, name)(r, m, index, lp, sp, iw)
-    assert torch.equal(ret, want_ret)
-    if adv.numel():
-        assert_rounding(adv, want_adv, _token_baseline_terms(want_ret, index, m), k=4)
+    first, second = (getattr(verl, name)(r, m, index, lp, sp, iw) for _ in range(2))
+    # one batch, run once each way (none where numba has one thread)
+    assert [ways.runs for ways in _verl_token_baseline._ways_of.values()] == \
+        ([[1, 1]] if _verl_token_baseline._threads() > 1 else [])
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert torch.equal(first[1], want_ret)
+    assert_rounding(first[0], want_adv, _token_baseline_terms(want_ret, index, m), k=4)
 
 
 @pytest.mark.parametrize("form", ["rows", "tensors"])
