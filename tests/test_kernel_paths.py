@@ -340,3 +340,25 @@ def test_a_tile_that_holds_every_step_runs_without_the_loop(triton_path, config,
     with forced_config(**CONFIGS[config]):
         assert_matches_reference(_problem("gae", "time-last", triton_path.device, seed=4))
     assert [plan.constexprs["ONE_TILE"] for plan in launch.plans()] == [one_tile]
+
+
+@pytest.mark.parametrize("op, way", [("gae", None), ("retrace", None), ("vtrace", "gather"), ("vtrace", "exclusive"),
+                                     ("vtrace", "reload")])
+@pytest.mark.parametrize("config", ["scan-one-tile", "scan-tiles", "scan-chunks"])
+def test_flipped_tiles(triton_path, op, way, config, monkeypatch):
+    """A reverse scan kernel whose tiles run back in time along their first axis (``FLIP``,
+    where the table's ``flip_max_block_t`` holds the tile) gives the reference's results, on
+    one tile, over several (a partial one), in chunks, and whichever way its emit takes the
+    state carried in; the policy's value decides which tiles are flipped."""
+    from rlscan import _cache
+    from rlscan._triton import launch, policy
+
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
+    monkeypatch.setattr(launch, "FORCE_STATE_IN", way)
+    problem = _problem(op, "time-last", triton_path.device, seed=5)
+    for limit, flipped in ((4096, True), (0, False)):
+        _cache.clear()
+        monkeypatch.setitem(policy.FORCED, "flip_max_block_t", limit)
+        with forced_config(**CONFIGS[config]):
+            assert_matches_reference(problem)
+        assert {plan.constexprs["FLIP"] for plan in launch.plans()} == {flipped}
