@@ -21,12 +21,12 @@ its ``skyrl_entrypoint`` Ray task (docs/adapters/skyrl.md shows where).
 ``m`` is ``response_mask`` (0/1). By default each function gives SkyRL's numbers:
 
 * ``gae``: ``δ_t = r_t + γ V_{t+1} − V_t`` (``V_T = 0``), ``A_t = δ_t + γλ A_{t+1}`` at every
-  token: the mask does not enter the recursion (``rlscan.gae(r, V, bootstrap_value=0)``).
+  token: the mask does not enter the recursion (``rlscan.gae`` with every token kept).
   ``returns = A + V``; ``advantages = masked_whiten(A, m)``, whitened over the kept tokens
   and applied at every token.
 * ``reinforce++``: ``G_t = r_t + γ m_{t+1} G_{t+1}`` (``G_T = 0``): the return restarts
-  before every masked token (``rlscan.discounted_returns`` with an episode end wherever the
-  next token is masked). ``returns = G``, ``advantages = masked_whiten(G, m) · m``.
+  before every masked token (an episode end wherever the next token is masked: ``rlscan.gae``
+  with values 0 and ``λ = 1``). ``returns = G``, ``advantages = masked_whiten(G, m) · m``.
 * ``grpo``, ``rloo``, ``maxrl``: each response's score ``s = Σ_t r_t``; over its group
   ``g`` (the responses with its ``index`` label), ``n_g`` responses, mean ``μ_g`` and
   unbiased std ``σ_g``; the advantage ``a`` is broadcast, ``a · m``, and returned twice:
@@ -103,9 +103,9 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
         if _mode(skip_masked):
             adv, ret = rlscan.gae(r, v, mask=m, whiten=True, gamma=gamma, lmbda=lambd, time_dim=-1)
             return adv, ret
-        # SkyRL's value after the last token is 0: a bootstrap of zeros, no termination
-        end = torch.zeros(r.shape[0], dtype=torch.promote_types(r.dtype, v.dtype), device=r.device)
-        adv, ret = rlscan.gae(r, v, bootstrap_value=end, gamma=gamma, lmbda=lambd, time_dim=-1)
+        # every token a step, the value after the last 0: the mask of a row of ones, broadcast (read in
+        # place, no copy), takes rlscan's loop over rows contiguous in time
+        adv, ret = rlscan.gae(r, v, mask=_every_token(r), gamma=gamma, lmbda=lambd, time_dim=-1)
         return rlscan.masked_whiten(adv, m), ret
 
 
@@ -132,12 +132,15 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
             adv, ret = kept_returns.returns_and_advantages(r, m, gamma, time_dim=-1,
                                                            compute_dtype=torch.float64 if wide else None)
         else:
-            # the episode ends at t where token t + 1 is masked (and at the last token)
+            # the episode ends at t where token t + 1 is masked (and at the last token); G is GAE's advantage
+            # with values 0 and λ = 1, every token a step (rlscan's loop over rows contiguous in time)
             ends = torch.empty(r.shape, dtype=torch.bool, device=r.device)
             torch.eq(m[:, 1:], 0, out=ends[:, :-1])
             ends[:, -1:] = True
-            ret = rlscan.discounted_returns(r.double() if wide else r, terminated=ends, gamma=gamma, time_dim=-1,
-                                            out_dtype=r.dtype)
+            x = r.double() if wide else r
+            zeros = torch.zeros(1, r.shape[1], dtype=x.dtype, device=r.device).expand(r.shape)
+            ret = rlscan.gae(x, zeros, mask=_every_token(r), terminated=ends, gamma=gamma, lmbda=1.0,
+                             time_dim=-1).advantages.to(r.dtype)
             adv = rlscan.masked_whiten(ret, m, zero_skipped=True)
     return adv.to(torch.result_type(ret, m)), ret  # SkyRL's product with the mask promotes
 
@@ -153,7 +156,8 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
         token_level_rewards: a floating tensor ``(batch_size, response_len)``.
         response_mask: the mask the advantages are multiplied by, of the same shape.
         index: each response's group label (the prompt's uid): a sequence, numpy array or
-            integer tensor of ``batch_size`` labels.
+            integer tensor of at least ``batch_size`` labels (as in SkyRL's loop, the first
+            ``batch_size`` are read).
         epsilon: added to the group's std.
         grpo_norm_by_std: False leaves out the division.
     """
@@ -238,13 +242,27 @@ def _scores(rewards, mask, index):
     if index is None:
         raise ValueError("index (each response's group label: the prompt's uid) is required by the group estimators")
     scores = r.sum(dim=-1)
+    if hasattr(index, "__len__") and not isinstance(index, (str, bytes)) and len(index) > len(scores):
+        index = index[:len(scores)]  # SkyRL's loop reads index[i] for i < batch_size: the labels after are unread
     return scores, _Groups(index, len(scores), scores.device)
 
 
 def _broadcast(a: torch.Tensor, mask: torch.Tensor):
-    """SkyRL's ``scores.unsqueeze(-1) * response_mask`` (its dtype promotion), as both results."""
-    out = a.unsqueeze(-1) * mask
+    """SkyRL's ``scores.unsqueeze(-1) * response_mask``, as both results: the mask converted to
+    the product's dtype, then multiplied in place (the same bits; torch's product of a float
+    and an integer tensor converts element by element, many times slower than the copy rate)."""
+    dtype = torch.result_type(a.unsqueeze(-1), mask)
+    if mask.dtype == dtype:
+        out = a.to(dtype).unsqueeze(-1) * mask
+    else:
+        out = mask.to(dtype, copy=True)
+        out.mul_(a.to(dtype).unsqueeze(-1))
     return out, out
+
+
+def _every_token(x: torch.Tensor) -> torch.Tensor:
+    """A mask that keeps every token of ``x``'s ``[B, T]``: one row of ones, broadcast."""
+    return torch.ones(1, x.shape[-1], dtype=torch.bool, device=x.device).expand(x.shape)
 
 
 def _mode(skip_masked) -> bool:
