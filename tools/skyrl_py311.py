@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -49,14 +50,22 @@ def installed() -> dict:
     return found
 
 
+def _module(name: str, doc: str, path: list) -> types.ModuleType:
+    """A package module, with a spec (``importlib.util.find_spec`` reads it) and ``path``."""
+    module = types.ModuleType(name, doc)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__spec__.submodule_search_locations = module.__path__ = path
+    return module
+
+
 def _stand_in_package(name: str) -> None:
     top, _, rest = name.partition(".")
     spec = importlib.util.find_spec(top)
     if spec is None or spec.origin is None:
         return
-    package = types.ModuleType(name, f"stand-in for {name}: its folder, without its __init__ (tools/skyrl_py311.py)")
-    package.__path__ = [os.path.join(os.path.dirname(spec.origin), *rest.split("."))]
-    sys.modules[name] = package
+    folder = os.path.join(os.path.dirname(spec.origin), *rest.split("."))
+    sys.modules[name] = _module(name, f"stand-in for {name}: its folder, without its __init__ (tools/skyrl_py311.py)",
+                                [folder])
 
 
 def _stand_in_gym() -> None:
@@ -65,15 +74,14 @@ def _stand_in_gym() -> None:
         for i in range(1, len(parts) + 1):
             name = ".".join(parts[:i])
             if name not in sys.modules:
-                sys.modules[name] = types.ModuleType(name, "stand-in for skyrl_gym (tools/skyrl_py311.py)")
-                sys.modules[name].__path__ = []
+                sys.modules[name] = _module(name, "stand-in for skyrl_gym (tools/skyrl_py311.py)", [])
         setattr(sys.modules[module], cls, dataclasses.make_dataclass(cls, []))
 
 
 def install() -> None:
     """Put in ``sys.modules`` the stand-ins this process needs (none where SkyRL's own imports work)."""
     have = installed()
-    if "skyrl" in have and importlib.util.find_spec("skyrl_gym") is None and "skyrl_gym" not in sys.modules:
+    if "skyrl" in have and "skyrl_gym" not in sys.modules and importlib.util.find_spec("skyrl_gym") is None:
         _stand_in_gym()
     for dist, package in PACKAGES.items():
         if dist not in have or package in sys.modules:
