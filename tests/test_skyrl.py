@@ -24,8 +24,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import rlscan
 from rlscan.adapters import _common, skyrl
-from rlscan_testing import bitwise_equal, count_example
+from rlscan_testing import bitwise_equal, count_example, path_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import skyrl_py311  # noqa: E402
@@ -164,6 +165,34 @@ def test_skip_masked_is_verls(core_algos, batch, gamma, lambd):
         assert_rounding(got[0], want[0], want[1], m)
 
 
+def test_token_estimators_on_the_triton_path(modules):
+    """On the Triton path (CUDA tensors; here the interpreter on the CPU), the broadcast mask of
+    ones and REINFORCE++'s terminations run there too: SkyRL's returns to float32's rounding of
+    a reordered scan (bit for bit is the CPU path's, where SkyRL computes)."""
+    ppo_utils = next(iter(modules.values()))
+    g = torch.Generator().manual_seed(3)
+    r, v = torch.randn(4, 40, generator=g), torch.randn(4, 40, generator=g) * 3
+    m = (torch.arange(40)[None] >= torch.tensor([[0], [9], [20], [39]])).long()
+    m[2, 25:30] = 0
+    device = path_for("triton").device
+    with rlscan.use_backend("triton"):
+        for skip in (False, True):
+            got = skyrl.compute_gae_advantage_return(r.to(device), v.to(device), m.to(device), 0.99, 0.95,
+                                                     skip_masked=skip)
+            want = (core_gae(r, v, m) if skip else ppo_utils.compute_gae_advantage_return(r, v, m, 0.99, 0.95))
+            torch.testing.assert_close(got[1].cpu(), want[1], rtol=1e-5, atol=1e-5)
+        got = skyrl.compute_reinforce_plus_plus_outcome_advantage(r.to(device), m.to(device), 0.97)
+        want = ppo_utils.compute_reinforce_plus_plus_outcome_advantage(r, m, 0.97)
+        torch.testing.assert_close(got[1].cpu(), want[1], rtol=1e-5, atol=1e-5)
+        assert_rounding(got[0].cpu(), want[0], want[1], m, k=1024)
+
+
+def core_gae(r, v, m):
+    """The masked GAE on the CPU path: what ``skip_masked=True`` computes there."""
+    with rlscan.use_backend("cpu"):
+        return skyrl.compute_gae_advantage_return(r, v, m, 0.99, 0.95, skip_masked=True)
+
+
 # ----------------------------------------------------------------------------- group estimators
 
 
@@ -210,7 +239,8 @@ def test_group_labels():
     do not order (strings beside integers) and NaN labels are refused by name."""
     r, m = torch.randn(6, 3), torch.ones(6, 3)
     want = skyrl.compute_rloo_outcome_advantage(r, m, np.array([3, 1, 3, 1, 1, 7]))[0]
-    for index in ([b"c", b"a", b"c", b"a", b"a", b"z"], torch.tensor([3, 1, 3, 1, 1, 7]), ("x", "y", "x", "y", "y", "")):
+    for index in ([b"c", b"a", b"c", b"a", b"a", b"z"], torch.tensor([3, 1, 3, 1, 1, 7]),
+                  ("x", "y", "x", "y", "y", "")):
         assert bitwise_equal(skyrl.compute_rloo_outcome_advantage(r, m, index)[0], want)
     with pytest.raises(TypeError, match="index labels must be of one kind"):
         skyrl.compute_grpo_outcome_advantage(r, m, ["a", 1, "a", 1, 1, 2])

@@ -2,8 +2,9 @@
 functions (``ppo_utils`` of the installed ``skyrl``, else ``skyrl-train``) against
 rlscan.adapters.skyrl, with the copy floor measured in the same run::
 
-    python tools/skyrl_cpu_timing.py          # 512 x 4096 and 64 x 32768, groups of 8
-    python tools/skyrl_cpu_timing.py --dry    # tiny shapes: checks the script
+    python tools/skyrl_cpu_timing.py              # 512 x 4096 and 64 x 32768, groups of 8
+    python tools/skyrl_cpu_timing.py --threads 1  # torch's and numba's threads: one (a machine others share)
+    python tools/skyrl_cpu_timing.py --dry        # tiny shapes: checks the script
 
 What it measures, at each shape:
 
@@ -40,6 +41,7 @@ import skyrl_py311  # noqa: E402
 from rlscan.adapters import skyrl  # noqa: E402
 
 DRY = "--dry" in sys.argv
+THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else None
 SHAPES = [(16, 64), (4, 256)] if DRY else [(512, 4096), (64, 32768)]
 GROUP = 8
 CALLS, LOOP_CALLS, WARM = (3, 1, 2) if DRY else (20, 3, 10)
@@ -122,6 +124,11 @@ def main() -> int:
     from rlscan.bench import floors
 
     logger.remove()  # SkyRL's RLOO logs each response alone in its group; these batches have none
+    if THREADS is not None:
+        import numba
+
+        torch.set_num_threads(THREADS)
+        numba.set_num_threads(THREADS)
     modules = skyrl_py311.ppo_utils()
     if not modules:
         raise SystemExit("tools/skyrl_cpu_timing.py times SkyRL's own estimators: install skyrl or skyrl-train")
@@ -147,15 +154,18 @@ def main() -> int:
             theirs_text = "" if theirs is None else f"SkyRL {row['skyrl_s'] * 1e3:,.1f} ms, "
             print(f"{name:26s} {B} x {T}: {theirs_text}rlscan {row['rlscan_s'] * 1e3:,.2f} ms, "
                   f"floor {row['floor_s'] * 1e3:,.2f} ms", flush=True)
-    print(f"\n{release} {version}, torch {torch.__version__}, medians of {CALLS} calls (SkyRL's: {LOOP_CALLS})\n")
-    print("| estimator | B × T | ok | SkyRL | rlscan (median) | p90 / median | × SkyRL | copy floor | rlscan / floor |")
+    print(f"\n{release} {version}, torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {CALLS} "
+          f"calls (SkyRL's: {LOOP_CALLS})\n")
+    print("| estimator | B × T | ok | SkyRL | rlscan (median) | p90 / median | × SkyRL | copy floor "
+          "| rlscan / floor |")
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         skyrl_text = "–" if row["skyrl_s"] is None else f"{row['skyrl_s'] * 1e3:,.1f} ms"
         ratio = "–" if row["skyrl_s"] is None else f"{row['skyrl_s'] / row['rlscan_s']:,.0f}"
         ok = "–" if row["ok"] is None else "ok" if row["ok"] else "BAD"
         print(f"| {row['name']} | {row['shape']} | {ok} | {skyrl_text} | {row['rlscan_s'] * 1e3:,.2f} ms | "
-              f"{row['p90']:.2f} | {ratio} | {row['floor_s'] * 1e3:,.2f} ms | {row['rlscan_s'] / row['floor_s']:.2f} |")
+              f"{row['p90']:.2f} | {ratio} | {row['floor_s'] * 1e3:,.2f} ms | "
+              f"{row['rlscan_s'] / row['floor_s']:.2f} |")
     return 1 if bad else 0
 
 
