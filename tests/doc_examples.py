@@ -29,7 +29,7 @@ FRAMEWORKS = {
     "stable_baselines3": "stable_baselines3", "adapters.sb3": "stable_baselines3",
     "ray.rllib": "ray", "adapters import rllib": "ray",
     "torchrl": "torchrl", "tensordict": "tensordict", "rsl_rl": "rsl_rl",
-    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf",
+    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf", "skyrl.patch(": "skyrl",
 }
 #: pages whose inputs are made with a framework
 PAGE_FRAMEWORKS = {"sb3.md": ("stable_baselines3", "gymnasium"), "torchrl.md": ("torchrl",), "rsl_rl.md": ("rsl_rl",),
@@ -198,6 +198,24 @@ def _openrlhf(ns: dict) -> None:
     experience_maker()
 
 
+def _skyrl(ns: dict) -> None:
+    """SkyRL's batch as its trainer passes it (right-aligned responses, an int64 mask, uids), and
+    its ``ppo_utils`` imported through the tool that makes it importable on Python 3.11, so that
+    ``patch()`` finds it."""
+    import sys
+
+    gen = torch.Generator().manual_seed(0)
+    ns.update(token_level_rewards=_randn(N, T, gen=gen), values=_randn(N, T, gen=gen),
+              response_mask=(torch.arange(T) >= torch.tensor([[0], [2], [T - 2]])).long(), gamma=1.0, lambd=0.95,
+              index=["uid-0", "uid-0", "uid-1"])
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from skyrl_py311 import ppo_utils
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    ppo_utils()
+
+
 def _readme(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     ns.update(rewards=_randn(T, N, gen=gen), values=_randn(T, N, gen=gen), next_values=_randn(T, N, gen=gen),
@@ -208,7 +226,7 @@ def _readme(ns: dict) -> None:
 #: page -> (its inputs, what a block of it needs first)
 PAGES = {"README.md": (_readme, None), "cleanrl.md": (_cleanrl, _cleanrl_block), "sb3.md": (_sb3, _sb3_block),
          "torchrl.md": (_torchrl, None), "rsl_rl.md": (_rsl_rl, None), "rllib.md": (_rllib, None),
-         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None)}
+         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None), "skyrl.md": (_skyrl, None)}
 
 
 def inputs(page: str) -> dict:
@@ -259,6 +277,10 @@ def restored(page: str, ns: dict):
             from rlscan.adapters import openrlhf
 
             openrlhf.unpatch()
+        if page == "skyrl.md":
+            from rlscan.adapters import skyrl
+
+            skyrl.unpatch()
 
 
 # ----------------------------------------------------------------------------- commands
@@ -284,8 +306,8 @@ def shortest(argv: list, out: str) -> list:
     """``rlscan bench`` as the docs write it, cut to the smallest run that reaches the same code:
     ``--quick``, one op at one shape (no grid where the command times ``--e2e``), into ``out``;
     its options sorted, so that commands that differ only in their order run once. The CPU
-    timings of verl and OpenRLHF run their tiny shapes (``--dry``)."""
-    if argv in (["tools/verl_timing.py", "--cpu"], ["tools/openrlhf_timing.py"]):
+    timings of verl, OpenRLHF and SkyRL run their tiny shapes (``--dry``)."""
+    if argv in (["tools/verl_timing.py", "--cpu"], ["tools/openrlhf_timing.py"], ["tools/skyrl_cpu_timing.py"]):
         return argv + ["--dry"]
     if argv[:2] != ["rlscan", "bench"]:
         return list(argv)

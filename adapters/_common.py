@@ -1,0 +1,143 @@
+"""Checks and conversions the adapters share: their arguments checked under the framework's
+names (a ``TypeError`` or ``ValueError`` that names the argument and says what was expected),
+the release a framework has installed, and responses' group labels as integers.
+
+Only rlscan's public API and torch/numpy: an adapter never reaches into ``rlscan._*``.
+"""
+from __future__ import annotations
+
+import contextlib
+import numbers
+import re
+from importlib import metadata
+
+import numpy as np
+import torch
+
+#: The dtypes a 0/1 mask may have.
+MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+               torch.bfloat16, torch.float32, torch.float64)
+
+
+def kind(x) -> str:
+    """``x``'s type as an error message names it (``torch.Tensor``, ``list``)."""
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def check_bool(name: str, x) -> bool:
+    if not isinstance(x, bool):
+        raise TypeError(f"{name} must be a bool, got {kind(x)}")
+    return x
+
+
+def check_rows(name: str, x, shape=None) -> torch.Tensor:
+    """A floating tensor ``(batch_size, response_len)`` (of ``shape`` where given)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (batch_size, response_len), got {kind(x)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-d (batch_size, response_len), got shape {tuple(x.shape)}")
+    if shape is not None and x.shape != shape:
+        raise ValueError(f"{name} must have the shape {tuple(shape)} of token_level_rewards, got {tuple(x.shape)}")
+    return x
+
+
+def check_mask(name: str, m, shape, device) -> torch.Tensor:
+    """A 0/1 mask tensor (bool, integer or floating) of ``shape`` on ``device``; its values are
+    checked by the op that reads it (:func:`mask_errors_as`)."""
+    if not isinstance(m, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of 0/1 values, got {kind(m)}")
+    if m.dtype not in MASK_DTYPES:
+        raise TypeError(f"{name} must be a bool, integer or floating tensor of 0/1 values, got {m.dtype}")
+    if m.shape != shape:
+        raise ValueError(f"{name} must have the shape {tuple(shape)} of token_level_rewards, got {tuple(m.shape)}")
+    if m.device != device:
+        raise ValueError(f"{name} must be on token_level_rewards' device {device}, got {m.device}")
+    return m
+
+
+@contextlib.contextmanager
+def mask_errors_as(name: str):
+    """rlscan's errors about its ``mask`` argument, under the framework's name for it."""
+    try:
+        yield
+    except ValueError as exc:
+        if str(exc).startswith("mask "):
+            raise ValueError(name + str(exc)[len("mask"):]) from None
+        raise
+
+
+def coef(name: str, value) -> float:
+    """A float in [0, 1], from a float or a one-element tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float in [0, 1], got {kind(value)}")
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    return value
+
+
+def check_float(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {kind(value)}")
+    return float(value)
+
+
+# ----------------------------------------------------------------------------- releases
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def in_range(version: str, low: tuple, high: tuple) -> bool:
+    """Whether ``version``'s (major, minor) lies in ``[low, high)``."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return match is not None and low <= (int(match[1]), int(match[2])) < high
+
+
+# ----------------------------------------------------------------------------- group labels
+
+
+def group_ids(index, n: int, device) -> tuple[torch.Tensor, int]:
+    """``(ids, G)``: each response's group as an integer ``0 .. G-1``, responses whose labels
+    are equal in one group (as a dict keyed by the labels groups them: the trainers' loops).
+
+    Args:
+        index: ``n`` labels: a numpy array, a sequence (the prompts' uids, strings), or an
+            integer tensor. One ``numpy.unique`` groups them (no Python loop over the labels).
+    """
+    if isinstance(index, torch.Tensor):
+        if index.is_floating_point() or index.is_complex() or index.dim() != 1:
+            raise TypeError(f"index must be a 1-d integer tensor, a numpy array or a sequence of group labels, "
+                            f"got a {index.dim()}-d {index.dtype} tensor")
+        index = index.cpu().numpy()
+    elif not isinstance(index, np.ndarray):
+        try:
+            length = len(index)
+        except TypeError:
+            raise TypeError(f"index must be a numpy array, a sequence or an integer tensor of group labels, "
+                            f"got {kind(index)}") from None
+        labels = np.empty(length, dtype=object)
+        labels[:] = list(index)
+        index = labels
+    if index.ndim != 1 or len(index) != n:
+        raise ValueError(f"index must hold one group label per response ({n}), got shape {index.shape}")
+    if index.dtype.kind == "f" and np.isnan(index).any():
+        raise ValueError("index holds NaN labels (a NaN equals no label, not even another NaN)")
+    try:
+        _, ids = np.unique(index, return_inverse=True)  # objects: sorted and compared as the labels compare
+    except TypeError:
+        raise TypeError(f"index labels must be of one kind that orders (strings, or integers), got labels of "
+                        f"types {sorted({type(x).__name__ for x in index})}") from None
+    ids = torch.from_numpy(ids.reshape(-1).astype(np.int64, copy=False))
+    return ids.to(device), int(ids.max()) + 1 if n else 0
