@@ -36,11 +36,15 @@ PAGE_FRAMEWORKS = {"sb3.md": ("stable_baselines3", "gymnasium"), "torchrl.md": (
                    "rllib.md": ("ray",), "cleanrl.md": ()}
 
 
+def needs(page: str, code: str) -> tuple:
+    """The frameworks an example needs: those it names and its page's, sorted."""
+    needed = [module for name, module in FRAMEWORKS.items() if name in code]
+    return tuple(sorted(set(needed) | set(PAGE_FRAMEWORKS.get(page, ()))))
+
+
 def missing(page: str, code: str):
     """Why the example cannot run here (a framework or a GPU it needs), or None."""
-    needed = [module for name, module in FRAMEWORKS.items() if name in code]
-    needed += PAGE_FRAMEWORKS.get(page, ())
-    for module in dict.fromkeys(needed):
+    for module in needs(page, code):
         if importlib.util.find_spec(module) is None:
             return f"needs {module}, which is not installed"
     if "CudaGraphModule" in code and not torch.cuda.is_available():
@@ -123,6 +127,9 @@ def _cleanrl(ns: dict) -> None:
         torch=torch, np=__import__("numpy"), device=device, args=args, run_name="docs", agent=_Agent().to(device),
         make_env=_make_env, next_obs=_randn(N, 4, **s), action=torch.zeros(N, dtype=torch.long, device=device),
         rewards=_randn(T, N, **s), values=_randn(T, N, **s), dones=_flags(T, N, **s), next_done=_flags(N, **s),
+        # the rollout's storage and bootstrap as the page's truncation section keeps them (envs.step's flags,
+        # unshifted; next_value as CleanRL reshapes it), for the examples after it that need no environment
+        terminations=_flags(T, N, **s), truncations=_flags(T, N, **s), next_value=_randn(1, N, **s),
         curiosity_rewards=_randn(T, N, **s), ext_values=_randn(T, N, **s), int_values=_randn(T, N, **s),
         vals=_randn(T, N, **s), gamma=0.99, gae_lambda=0.95, exact=False,
     )

@@ -489,7 +489,7 @@ def test_signatures_are_the_functions(example):
             f"{page.name}:{line}: rlscan.{name}{documented} is rlscan.{name}{actual}"
 
 
-_RUN: dict = {}  # page -> (its namespace, the lines of its examples run so far)
+_RUN: dict = {}  # (page, frameworks) -> (its namespace, the lines of its examples run so far)
 
 
 def _run(page, line, code, ns) -> None:
@@ -500,16 +500,21 @@ def _run(page, line, code, ns) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=_id)
 def test_example_runs(example, tmp_path, monkeypatch):
+    """An example runs after the page's earlier examples that need no framework it does not need
+    (what a reader with only those frameworks ran before it), in a namespace of their own: so
+    the example runs the same on every machine that has its frameworks, whichever others are
+    installed and whichever examples ran first."""
     page, line, code = example
     reason = doc_examples.missing(page.name, code)
     if reason:
         pytest.skip(reason)
     monkeypatch.chdir(tmp_path)  # where an example writes and reads its files
-    ns, done = _RUN.setdefault(page.name, (doc_examples.inputs(page.name), set()))
+    frameworks = set(doc_examples.needs(page.name, code))
+    ns, done = _RUN.setdefault((page.name, tuple(sorted(frameworks))), (doc_examples.inputs(page.name), set()))
     with doc_examples.restored(page.name, ns):
         for at, earlier in code_blocks(page):  # what a reader ran before, where this test runs alone
-            if at < line and at not in done and not is_signatures(earlier) and not doc_examples.missing(page.name,
-                                                                                                       earlier):
+            if at < line and at not in done and not is_signatures(earlier) and \
+                    set(doc_examples.needs(page.name, earlier)) <= frameworks:
                 done.add(at)
                 _run(page, at, earlier, ns)
         done.add(line)
