@@ -388,9 +388,20 @@ def test_compiled(path, op):
     torch._dynamo.reset()
 
 
-def test_compiled_whitened(path):
+def test_compiled_whitened(path, monkeypatch):
     """GAE with whiten=True inside torch.compile: the masked ops' custom ops, then the whitening
-    as torch operations, with no graph break."""
+    as torch operations, with no graph break; also as a process's first masked GAE call, where
+    no eager call has imported what the masked spec names (a :class:`Ref` resolved inside the
+    traced region fails: dynamo cannot trace ``importlib``)."""
+    import dataclasses
+
+    from rlscan._spec import Ref
+    from rlscan.ops.gae.op import FROM_MASK
+
+    for spec in (FROM_MASK, FROM_MASK.op, FROM_MASK.first):
+        for f in dataclasses.fields(spec):
+            if isinstance(getattr(spec, f.name), Ref):
+                monkeypatch.setattr(getattr(spec, f.name), "_value", None)  # as before any eager call
     torch._dynamo.reset()
     args, kwargs = _problem("gae", device=path.device)
     compiled = torch.compile(lambda *a: rlscan.gae(*a, **kwargs, whiten=True), fullgraph=True, backend="eager")
