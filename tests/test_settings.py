@@ -80,6 +80,19 @@ def test_deterministic_calls_take_the_block_kernel_split_for_16_programs_per_sm(
     assert fields(wider, "n_chunks", "chunk_len") == (10, 52)
 
 
+def test_deterministic_calls_take_no_chained_kind_whatever_the_class_says():
+    """The H100's table lists chained tiles for [N, T] rows of 512 x 2048 under no condition on
+    determinism; under deterministic algorithms they are no candidates (their look-back composes
+    predecessors in the order they finish)."""
+    table = settings.load(settings.TABLES / "h100.json")
+
+    def kinds(deterministic):
+        return {c.kind for c in settings.configs_for(2048, 512, True, 132, True, deterministic, 6, True, table=table)}
+
+    assert kinds(False) & set(settings.CHAINED)
+    assert kinds(True) and not kinds(True) & set(settings.CHAINED)
+
+
 def test_conditions_relative_to_the_sm_count():
     for n_sm in (78, 108, 132):
         at = 3 * 128 * n_sm  # ceil(B / 128) >= 3 * n_sm: one step per thread, environments enough
@@ -153,6 +166,7 @@ def minimal_table(**setting):
     (lambda t: t["classes"][1].update(name="tiny"), "class 1 ('tiny')", "name"),
     (lambda t: t["classes"][0].update(shape={"N": 2, "T": 5}), "class 0 ('tiny')", "shape"),
     (lambda t: t["classes"][0]["settings"][1].update(when={"reverse": True}), "class 0 ('tiny')", "settings"),
+    (lambda t: t["classes"][0]["settings"][1].update(kind="chained_scan"), "class 0 ('tiny')", "settings"),
 ])
 def test_a_malformed_table_names_the_entry_and_the_field(change, where, field):
     settings.validate(minimal_table())
