@@ -36,11 +36,15 @@ PAGE_FRAMEWORKS = {"sb3.md": ("stable_baselines3", "gymnasium"), "torchrl.md": (
                    "rllib.md": ("ray",), "cleanrl.md": ()}
 
 
+def needs(page: str, code: str) -> tuple:
+    """The frameworks an example needs: those it names and its page's, sorted."""
+    needed = [module for name, module in FRAMEWORKS.items() if name in code]
+    return tuple(sorted(set(needed) | set(PAGE_FRAMEWORKS.get(page, ()))))
+
+
 def missing(page: str, code: str):
     """Why the example cannot run here (a framework or a GPU it needs), or None."""
-    needed = [module for name, module in FRAMEWORKS.items() if name in code]
-    needed += PAGE_FRAMEWORKS.get(page, ())
-    for module in dict.fromkeys(needed):
+    for module in needs(page, code):
         if importlib.util.find_spec(module) is None:
             return f"needs {module}, which is not installed"
     if "CudaGraphModule" in code and not torch.cuda.is_available():
@@ -123,6 +127,9 @@ def _cleanrl(ns: dict) -> None:
         torch=torch, np=__import__("numpy"), device=device, args=args, run_name="docs", agent=_Agent().to(device),
         make_env=_make_env, next_obs=_randn(N, 4, **s), action=torch.zeros(N, dtype=torch.long, device=device),
         rewards=_randn(T, N, **s), values=_randn(T, N, **s), dones=_flags(T, N, **s), next_done=_flags(N, **s),
+        # the rollout's storage and bootstrap as the page's truncation section keeps them (envs.step's flags,
+        # unshifted; next_value as CleanRL reshapes it), for the examples after it that need no environment
+        terminations=_flags(T, N, **s), truncations=_flags(T, N, **s), next_value=_randn(1, N, **s),
         curiosity_rewards=_randn(T, N, **s), ext_values=_randn(T, N, **s), int_values=_randn(T, N, **s),
         vals=_randn(T, N, **s), gamma=0.99, gae_lambda=0.95, exact=False,
     )
@@ -291,8 +298,29 @@ HELP_ONLY = (
     (r"rlscan plan|rlscan bench --merge", "the docs name the command without its arguments"),
     (r"python tools/rllib_timing\.py.*", "it times RLlib's GAE on 64 episodes of 2048 steps"),
 )
-#: commands that time a GPU for minutes: run where there is none (to say so), skipped where there is
-GPU_RUNS = r"rlscan tune|python tools/(gpu_check|seed_compare|verl_timing)\.py(?! --cpu).*"
+#: (a command as the docs write it, why it cannot be cut short where there is a GPU): each times the GPU for
+#: minutes. Where there is none it runs, to check that it says it needs one; where there is one the test skips
+#: it (tools/gpu_record.py and tools/gpu_check.py are the GPU's own record). A synopsis of one reads its --help.
+GPU_RUNS = (
+    (r"rlscan tune.*", "rlscan tune times launch settings on this GPU for its budget (1800 s by default)"),
+    (r"python tools/gpu_record\.py(?! --dry).*", "it is the GPU record: 540 s of this GPU's time"),
+    (r"python tools/gpu_check\.py.*", "it checks every kernel path on this GPU for minutes"),
+    (r"python tools/seed_compare\.py.*", "it times the seed's design against rlscan on this GPU for minutes"),
+    (r"python tools/verl_timing\.py(?! --cpu).*", "it times verl's estimators on this GPU for minutes"),
+    (r"python tools/packed_gpu\.py.*", "it checks and times the packed kernels on this GPU for about 3 minutes"),
+)
+#: (a command as the docs write it, the frameworks it imports): skipped where one is not installed
+COMMAND_FRAMEWORKS = (
+    (r"python tools/rllib_timing\.py.*", ("ray", "gymnasium")),
+    (r"python tools/verl_timing\.py.*", ("verl",)),
+    (r"python tools/openrlhf_timing\.py.*", ("openrlhf",)),
+    (r"python tools/skyrl_cpu_timing\.py.*", ("skyrl",)),
+    (r"python tools/gpu_record\.py --dry", ("verl",)),  # its verl_timing step
+)
+#: tools whose run is cut to ``--dry`` (tiny shapes, few calls: it checks the script); their full runs time the
+#: CPU for minutes
+DRY_TOOLS = ("tools/cpu_rows_timing.py", "tools/dual_lambda_timing.py", "tools/openrlhf_timing.py",
+             "tools/packed_timing.py", "tools/sharded_timing.py", "tools/skyrl_cpu_timing.py", "tools/verl_timing.py")
 
 
 def help_only(command: str):
@@ -302,12 +330,30 @@ def help_only(command: str):
     return next((why for pattern, why in HELP_ONLY if re.fullmatch(pattern, command)), None)
 
 
+def gpu_run(command: str):
+    """Why the command is not run here, where there is a GPU it would time for minutes, or None."""
+    if help_only(command) or not torch.cuda.is_available():
+        return None
+    return next((why for pattern, why in GPU_RUNS if re.fullmatch(pattern, command)), None)
+
+
+def command_missing(command: str):
+    """Why the command cannot run here (a framework it imports is not installed), or None."""
+    for pattern, modules in COMMAND_FRAMEWORKS:
+        if re.fullmatch(pattern, command):
+            for module in modules:
+                if importlib.util.find_spec(module) is None:
+                    return f"needs {module}, which is not installed"
+    return None
+
+
 def shortest(argv: list, out: str) -> list:
-    """``rlscan bench`` as the docs write it, cut to the smallest run that reaches the same code:
-    ``--quick``, one op at one shape (no grid where the command times ``--e2e``), into ``out``;
-    its options sorted, so that commands that differ only in their order run once. The CPU
-    timings of verl, OpenRLHF and SkyRL run their tiny shapes (``--dry``)."""
-    if argv in (["tools/verl_timing.py", "--cpu"], ["tools/openrlhf_timing.py"], ["tools/skyrl_cpu_timing.py"]):
+    """A command as the docs write it, cut to the smallest run that reaches the same code:
+    ``rlscan bench`` with ``--quick``, one op at one shape (no grid where the command times
+    ``--e2e``), into ``out``, its options sorted, so that commands that differ only in their
+    order run once; the CPU timing tools (``DRY_TOOLS``, verl's with ``--cpu``) on their tiny
+    shapes (``--dry``)."""
+    if argv[0] in DRY_TOOLS and "--dry" not in argv and (argv[0] != "tools/verl_timing.py" or "--cpu" in argv):
         return argv + ["--dry"]
     if argv[:2] != ["rlscan", "bench"]:
         return list(argv)

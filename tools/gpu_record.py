@@ -26,7 +26,8 @@ Run it where a GPU is lent, as one call::
     python tools/gpu_record.py --dry          # on the CPU: each step's command in its dry form
 
 ``--dry`` runs each step as a machine without a GPU can (tiny shapes under the interpreter,
-or the tool's ``--help``), which checks the commands and the headline code.
+or the tool's ``--help``), which checks the commands and the headline code; where there is
+a GPU, its steps do not see it (``CUDA_VISIBLE_DEVICES`` empty), so the dry run is the same.
 """
 from __future__ import annotations
 
@@ -196,8 +197,8 @@ def run_step(step: Step, seconds: float, out: str, dry: bool) -> dict:
     if step.name.startswith("bench"):
         argv += ["--out", folder]
     env = dict(os.environ, OUT=folder, PYTHONUNBUFFERED="1")
-    if dry:
-        env["TRITON_INTERPRET"] = "1"
+    if dry:  # on the CPU, where there is a GPU too: the interpreter, and no GPU in sight
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     start = time.monotonic()
     rc, output = _run(argv, env, seconds)
     took = time.monotonic() - start
