@@ -31,7 +31,7 @@ device machine gets the checkout only, so carry rl-triton's folder in the git-ig
 ``.device/``: ``cp -r /work/shared/rl-triton-0.1.3 .device/rl-triton`` here, name
 ``.device/rl-triton`` in the call's ``carry``)::
 
-    pip install --no-deps --no-build-isolation ./.device/rl-triton && python tools/gpu_record.py --budget-s 540
+    python -m pip install --no-deps --no-build-isolation ./.device/rl-triton && python tools/gpu_record.py --budget-s 540
     python tools/gpu_record.py --steps seed_compare,leanrl --budget-s 300
     python tools/gpu_record.py --dry          # on the CPU: each step's command in its dry form
 

@@ -25,9 +25,10 @@ rl-triton is a yardstick, never a dependency: install it beside rlscan (``pip in
 /work/shared/rl-triton-0.1.3``). On a device machine the checkout travels without
 ``../shared``: copy the folder into the git-ignored ``.device/`` first (``cp -r
 /work/shared/rl-triton-0.1.3 .device/rl-triton``), carry ``.device/rl-triton`` with the call,
-and there run ``pip install --no-deps --no-build-isolation ./.device/rl-triton``. Without it
-the ``seed`` groups print that rl-triton is not installed, the other groups run, and the
-exit status is 3.
+and there run ``python -m pip install --no-deps --no-build-isolation ./.device/rl-triton``
+(or, where pip cannot build it, put ``.device/rl-triton/src`` on ``PYTHONPATH``: it is pure
+Python). Without it the ``seed`` groups print that rl-triton is not installed, the other
+groups run, and the exit status is 3.
 
 When to run it: on a CUDA GPU, after changing a kernel or a launch setting::
 

@@ -85,8 +85,8 @@ import torch
 GAMMA, LMBDA, RHO_BAR, C_BAR, ACTIONS = 0.99, 0.95, 1.0, 1.0, 4
 TOL = 1e-4  # relative error (norm) against the float64 truth that counts as the same result
 INSTALL = ("pip install --no-deps /work/shared/rl-triton-0.1.3 here; on a device machine, copy it into the "
-           "git-ignored .device/rl-triton, carry that path and pip install --no-deps --no-build-isolation "
-           "./.device/rl-triton there")
+           "git-ignored .device/rl-triton, carry that path and python -m pip install --no-deps "
+           "--no-build-isolation ./.device/rl-triton there (or put .device/rl-triton/src on PYTHONPATH)")
 
 
 class SeedMissing(RuntimeError):
