@@ -207,3 +207,107 @@ def broadcast(x: torch.Tensor, mask: torch.Tensor):
     run(broadcast_rows_loop, ("broadcast", signature(a_m, a_out), a_x.dtype.str), (a_out.shape[0], a_out.size), a_x,
         a_m, a_out, bad)
     return out, int(bad.sum())
+
+
+# ----------------------------------------------------------------------------- rlscan.masked_normalize
+
+
+@njit(reassociate=True)
+def moment_rows_loop(x, mask, has_mask, sums):
+    """``sums[b] = [n, Σ k·x, Σ k·(x − c)² − (Σ k·(x − c))²/n, bad]`` of row ``b`` in float64
+    (``k``: 1 where ``mask`` is not 0, or everywhere without a mask; ``c`` the row's first kept
+    value; ``bad`` the mask's values other than 0 and 1). The products with ``k`` are taken as
+    the mask multiplies (a NaN at a skipped position makes the sums NaN). The sums are
+    reassociated: the compiler adds them in SIMD lanes."""
+    B, T = x.shape
+    for b in prange(B):
+        c = 0.0
+        for t in range(T):
+            if not has_mask or mask[b, t] != 0:
+                c = np.float64(x[b, t])
+                break
+        n = s = d = q = 0.0
+        bad = 0
+        for t in range(T):
+            k = 1.0
+            if has_mask:
+                m = mask[b, t]
+                k = 1.0 if m != 0 else 0.0
+                bad += (m != 0) & (m != 1)
+            v = np.float64(x[b, t])
+            u = (v - c) * k
+            n += k
+            s += v * k
+            d += u
+            q += u * u
+        sums[b, 0] = n
+        sums[b, 1] = s
+        sums[b, 2] = max(q - d * d / n, 0.0) if n > 0 else 0.0
+        sums[b, 3] = bad
+
+
+def moment_rows(rows: torch.Tensor, mask) -> np.ndarray:
+    """``[B, 4]`` float64 (:func:`moment_rows_loop`) of ``[B, T]`` rows contiguous in time."""
+    a_x = array(rows)
+    a_m = a_x if mask is None else array(mask)
+    sums = np.empty((a_x.shape[0], 4), dtype=np.float64)
+    run(moment_rows_loop, ("moments", signature(a_x, a_m), mask is None), (a_x.shape[0], a_x.size), a_x, a_m,
+        mask is not None, sums)
+    return sums
+
+
+@njit
+def normalize_rows_loop(x, mask, has_mask, mu, total, count, loo, denominator, keep_all, round_c, round_mean, narrow,
+                        out):
+    """``out = (x − μ_t) · k / denominator[b]``, rounded once into ``out``: ``μ_t`` is ``mu[b]``,
+    or where ``loo[b]`` the mean of the others, ``(total − x) / max(count − 1, 1)`` where
+    ``k = 1`` and ``total / count`` where ``k = 0``, rounded to float32 if ``round_mean``;
+    ``x − μ_t`` is rounded to float32 if ``round_c``. ``narrow``: every operand is a float32
+    (``x``, ``μ``, the divisor), and the arithmetic runs in float32, which rounds each step as
+    float64's arithmetic rounded to float32 would. ``keep_all``: ``out = x``."""
+    B, T = x.shape
+    for b in prange(B):
+        if keep_all:
+            for t in range(T):
+                out[b, t] = x[b, t]
+        elif loo[b]:
+            tot = total[b]
+            cnt = count[b]
+            regular = tot / cnt if cnt > 0 else 0.0
+            others = max(cnt - 1.0, 1.0)
+            d = denominator[b]
+            for t in range(T):
+                k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
+                v = np.float64(x[b, t])
+                m_t = (tot - v) / others if k != 0 else regular
+                if round_mean:
+                    m_t = np.float64(np.float32(m_t))
+                c = v - m_t
+                if round_c:
+                    c = np.float64(np.float32(c))
+                out[b, t] = c * k / d
+        elif narrow:
+            m32 = np.float32(mu[b])
+            d32 = np.float32(denominator[b])
+            for t in range(T):
+                k32 = np.float32(1.0) if not has_mask or mask[b, t] != 0 else np.float32(0.0)
+                out[b, t] = (np.float32(x[b, t]) - m32) * k32 / d32
+        else:
+            m64 = mu[b]
+            d = denominator[b]
+            for t in range(T):
+                k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
+                c = np.float64(x[b, t]) - m64
+                if round_c:
+                    c = np.float64(np.float32(c))
+                out[b, t] = c * k / d
+
+
+def normalize_rows(rows: torch.Tensor, mask, out: torch.Tensor, mu, total, count, loo, denominator, keep_all: bool,
+                   round_c: bool, round_mean: bool, narrow: bool) -> None:
+    """:func:`normalize_rows_loop` over ``[B, T]`` rows, the per-row arguments float64 ``[B]`` tensors."""
+    a_x, a_out = array(rows), out.numpy()
+    a_m = a_x if mask is None else array(mask)
+    per_row = [np.ascontiguousarray(v.numpy()) for v in (mu, total, count, loo, denominator)]
+    run(normalize_rows_loop, ("normalize", signature(a_x, a_m, a_out), mask is None), (a_x.shape[0], a_x.size),
+        a_x, a_m, mask is not None, *per_row, keep_all, round_c, round_mean, narrow, a_out)
