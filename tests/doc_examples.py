@@ -29,7 +29,7 @@ FRAMEWORKS = {
     "stable_baselines3": "stable_baselines3", "adapters.sb3": "stable_baselines3",
     "ray.rllib": "ray", "adapters import rllib": "ray",
     "torchrl": "torchrl", "tensordict": "tensordict", "rsl_rl": "rsl_rl",
-    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf",
+    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf", "areal.patch(": "areal",
 }
 #: pages whose inputs are made with a framework
 PAGE_FRAMEWORKS = {"sb3.md": ("stable_baselines3", "gymnasium"), "torchrl.md": ("torchrl",), "rsl_rl.md": ("rsl_rl",),
@@ -198,6 +198,21 @@ def _openrlhf(ns: dict) -> None:
     experience_maker()
 
 
+def _areal(ns: dict) -> None:
+    """AReaL's actor and data modules imported first, through the tool that stands empty
+    modules in for the clients they import and never call, so that ``patch()`` finds them."""
+    import sys
+
+    if importlib.util.find_spec("areal") is None:
+        return
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from areal_cpu_timing import areal_modules
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    areal_modules()
+
+
 def _readme(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     ns.update(rewards=_randn(T, N, gen=gen), values=_randn(T, N, gen=gen), next_values=_randn(T, N, gen=gen),
@@ -208,7 +223,7 @@ def _readme(ns: dict) -> None:
 #: page -> (its inputs, what a block of it needs first)
 PAGES = {"README.md": (_readme, None), "cleanrl.md": (_cleanrl, _cleanrl_block), "sb3.md": (_sb3, _sb3_block),
          "torchrl.md": (_torchrl, None), "rsl_rl.md": (_rsl_rl, None), "rllib.md": (_rllib, None),
-         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None)}
+         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None), "areal.md": (_areal, None)}
 
 
 def inputs(page: str) -> dict:
@@ -259,6 +274,10 @@ def restored(page: str, ns: dict):
             from rlscan.adapters import openrlhf
 
             openrlhf.unpatch()
+        if page == "areal.md":
+            from rlscan.adapters import areal
+
+            areal.unpatch()
 
 
 # ----------------------------------------------------------------------------- commands
@@ -268,6 +287,7 @@ HELP_ONLY = (
     (r"rlscan bench --host.*", "the host's share times compiled calls and 4096 x 2048 scans: minutes on a CPU"),
     (r"rlscan plan|rlscan bench --merge", "the docs name the command without its arguments"),
     (r"python tools/rllib_timing\.py.*", "it times RLlib's GAE on 64 episodes of 2048 steps"),
+    (r"python tools/torch_range_check\.py.*", "it installs about 3.4 GB of torch and CUDA wheels"),
 )
 #: commands that time a GPU for minutes: run where there is none (to say so), skipped where there is
 GPU_RUNS = r"rlscan tune|python tools/(gpu_check|seed_compare|verl_timing)\.py(?! --cpu).*"
@@ -284,8 +304,8 @@ def shortest(argv: list, out: str) -> list:
     """``rlscan bench`` as the docs write it, cut to the smallest run that reaches the same code:
     ``--quick``, one op at one shape (no grid where the command times ``--e2e``), into ``out``;
     its options sorted, so that commands that differ only in their order run once. The CPU
-    timings of verl and OpenRLHF run their tiny shapes (``--dry``)."""
-    if argv in (["tools/verl_timing.py", "--cpu"], ["tools/openrlhf_timing.py"]):
+    timings of verl, OpenRLHF and AReaL run their tiny shapes (``--dry``)."""
+    if argv in (["tools/verl_timing.py", "--cpu"], ["tools/openrlhf_timing.py"], ["tools/areal_cpu_timing.py"]):
         return argv + ["--dry"]
     if argv[:2] != ["rlscan", "bench"]:
         return list(argv)
