@@ -311,3 +311,99 @@ def normalize_rows(rows: torch.Tensor, mask, out: torch.Tensor, mu, total, count
     per_row = [np.ascontiguousarray(v.numpy()) for v in (mu, total, count, loo, denominator)]
     run(normalize_rows_loop, ("normalize", signature(a_x, a_m, a_out), mask is None), (a_x.shape[0], a_x.size),
         a_x, a_m, mask is not None, *per_row, keep_all, round_c, round_mean, narrow, a_out)
+
+
+@njit
+def normalize_groups_loop(x, mask, has_mask, size, mean_group, loo, std_group, unbiased, eps, round32, out, stats):
+    """:func:`normalize_rows_loop` for statistics of groups only (no batch level), each group
+    of ``size`` consecutive rows in one iteration: its count, sum and centred sum of squares
+    (about its first kept value), its mean and ``σ + eps`` as :mod:`rlscan.normalize` takes
+    them, then its rows written, while they are still in the cache. ``stats[j] = [n, bad]``."""
+    B, T = x.shape
+    for j in prange(B // size):
+        lo = j * size
+        c = 0.0
+        found = False
+        for b in range(lo, lo + size):
+            for t in range(T):
+                if not has_mask or mask[b, t] != 0:
+                    c = np.float64(x[b, t])
+                    found = True
+                    break
+            if found:
+                break
+        n = s = d = q = 0.0
+        bad = 0
+        for b in range(lo, lo + size):
+            for t in range(T):
+                k = 1.0
+                if has_mask:
+                    m = mask[b, t]
+                    k = 1.0 if m != 0 else 0.0
+                    bad += (m != 0) & (m != 1)
+                v = np.float64(x[b, t])
+                u = (v - c) * k
+                n += k
+                s += v * k
+                d += u
+                q += u * u
+        m2 = max(q - d * d / n, 0.0) if n > 0 else 0.0
+        stats[j, 0] = n
+        stats[j, 1] = bad
+        own = s / n if n > 0 else 0.0
+        # the mean the rows subtract, and whether each position leaves itself out
+        usable = mean_group and not (loo and size == 1) and (n > 1 if loo else n > 0)
+        mean = own if usable else 0.0
+        if round32:
+            mean = np.float64(np.float32(mean))
+        if std_group:
+            if loo and usable:
+                ratio = n / (n - 1.0)
+                sq = m2 * ratio * ratio
+            else:
+                sq = m2 + n * (own - mean) * (own - mean)
+            if unbiased:
+                sigma = 1.0 if size == 1 or n <= 1 else np.sqrt(sq / (n - 1.0))
+            else:
+                sigma = np.sqrt(sq / n) if n > 0 else 1.0
+            if round32:
+                den = np.float64(np.float32(np.float32(sigma) + np.float32(eps)))
+            else:
+                den = sigma + eps
+        else:
+            den = 1.0
+        others = max(n - 1.0, 1.0)
+        regular = s / n if n > 0 else 0.0
+        for b in range(lo, lo + size):
+            if loo and usable:
+                for t in range(T):
+                    k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
+                    v = np.float64(x[b, t])
+                    m_t = (s - v) / others if k != 0 else regular
+                    if round32:
+                        m_t = np.float64(np.float32(m_t))
+                        out[b, t] = np.float64(np.float32(v - m_t)) * k / den
+                    else:
+                        out[b, t] = (v - m_t) * k / den
+            elif round32:
+                m32 = np.float32(mean)
+                d32 = np.float32(den)
+                for t in range(T):
+                    k32 = np.float32(1.0) if not has_mask or mask[b, t] != 0 else np.float32(0.0)
+                    out[b, t] = (np.float32(x[b, t]) - m32) * k32 / d32
+            else:
+                for t in range(T):
+                    k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
+                    out[b, t] = (np.float64(x[b, t]) - mean) * k / den
+
+
+def normalize_groups(rows: torch.Tensor, mask, out: torch.Tensor, size: int, mean_group: bool, loo: bool,
+                     std_group: bool, unbiased: bool, eps: float, round32: bool) -> np.ndarray:
+    """:func:`normalize_groups_loop` over ``[B, T]`` rows; returns each group's ``[n, bad]``."""
+    a_x, a_out = array(rows), out.numpy()
+    a_m = a_x if mask is None else array(mask)
+    stats = np.empty((a_x.shape[0] // size, 2), dtype=np.float64)
+    run(normalize_groups_loop, ("normalize groups", signature(a_x, a_m, a_out), mask is None),
+        (a_x.shape[0] // size, a_x.size), a_x, a_m, mask is not None, size, mean_group, loo, std_group, unbiased,
+        eps, round32, a_out, stats)
+    return stats

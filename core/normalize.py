@@ -125,6 +125,8 @@ def _normalize(x: torch.Tensor, m, levels: _Levels, group) -> torch.Tensor:
     mrows = None if m is None else m.reshape(B, -1) if m.numel() else m.reshape(B, 0)
     cpu = (_backend.path_for(x.device.type, "x") == "cpu" and _cpu_rows.rows_of(rows, -1) is not None
            and (mrows is None or _cpu_rows.rows_of(mrows, -1) is not None))
+    if cpu and "batch" not in (levels.mean, levels.std) and rows.shape[0]:
+        return _groups_cpu(x, rows, mrows, levels)
     sums = _row_sums_cpu(rows, mrows) if cpu else _row_sums_torch(rows, mrows)
     params = _parameters(sums, levels, group, x.device)
     if cpu:
@@ -135,6 +137,20 @@ def _normalize(x: torch.Tensor, m, levels: _Levels, group) -> torch.Tensor:
                                  round_c and levels.std != "batch")
         return out.view(x.shape)
     return _apply_torch(rows, mrows, params, levels).view(x.shape)
+
+
+def _groups_cpu(x, rows, mrows, levels: _Levels) -> torch.Tensor:
+    """Group levels only, on the CPU: one loop per group gathers its statistics and writes its
+    rows while they are in the cache (one read of the inputs from memory, as the copy's)."""
+    out = _cpu_rows.new_rows(rows, x.dtype)
+    stats = _cpu_rows.normalize_groups(rows, mrows, out, levels.size, levels.mean == "group", levels.loo,
+                                       levels.std == "group", levels.unbiased, levels.eps,
+                                       levels.dtype == torch.float32)
+    if stats[:, 1].sum() > 0:
+        raise ValueError(MASK_VALUES)
+    if stats[:, 0].sum() == 0:  # the mask keeps nothing: x as it is
+        return x.clone()
+    return out.view(x.shape)
 
 
 # ----------------------------------------------------------------------------- the rows' sums
