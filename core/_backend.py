@@ -54,7 +54,8 @@ def interpreting() -> bool:
 #: The oldest Triton whose compiler builds rlscan's kernels. Triton 3.5 (torch 2.9's) loses the
 #: constant strides inside the tuples a kernel hands to its helpers in a loop's body, and
 #: refuses compiler hints computed from a block's shape (``tools/compile_for_gpu.py`` under
-#: 3.5.1: 38 of 133 kernels fail); its interpreter fails on numpy 2.4's scalars.
+#: 3.5.1, ``--matrix ci --once-per-setting``: 38 of 133 kernels fail for sm_90, 43 for sm_80); its
+#: interpreter fails on numpy 2.4's scalars.
 MIN_TRITON = (3, 6)
 _triton_version: list = []
 

@@ -289,14 +289,17 @@ def normalize_rows_loop(x, mask, has_mask, mu, total, count, loo, denominator, k
         elif narrow:
             m32 = np.float32(mu[b])
             d32 = np.float32(denominator[b])
-            for t in range(T):
-                k32 = np.float32(1.0) if not has_mask or mask[b, t] != 0 else np.float32(0.0)
-                out[b, t] = (np.float32(x[b, t]) - m32) * k32 / d32
+            if has_mask:  # branch-free loops, which the compiler vectorises
+                for t in range(T):
+                    out[b, t] = (np.float32(x[b, t]) - m32) * np.float32(mask[b, t] != 0) / d32
+            else:
+                for t in range(T):
+                    out[b, t] = (np.float32(x[b, t]) - m32) / d32
         else:
             m64 = mu[b]
             d = denominator[b]
             for t in range(T):
-                k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
+                k = np.float64(mask[b, t] != 0) if has_mask else 1.0
                 c = np.float64(x[b, t]) - m64
                 if round_c:
                     c = np.float64(np.float32(c))
@@ -313,6 +316,44 @@ def normalize_rows(rows: torch.Tensor, mask, out: torch.Tensor, mu, total, count
         a_x, a_m, mask is not None, *per_row, keep_all, round_c, round_mean, narrow, a_out)
 
 
+def _group_sums(x, mask, has_mask, lo, size):
+    """``(n, Σ k·x, M2, bad)`` of rows ``lo .. lo + size − 1`` (M2 about the group's mean, from
+    sums about its first kept value); compiled with reassociation, its sums in SIMD lanes."""
+    T = x.shape[1]
+    c = 0.0
+    found = False
+    for b in range(lo, lo + size):
+        for t in range(T):
+            if not has_mask or mask[b, t] != 0:
+                c = np.float64(x[b, t])
+                found = True
+                break
+        if found:
+            break
+    n = s = d = q = 0.0
+    bad = 0
+    for b in range(lo, lo + size):
+        for t in range(T):
+            k = 1.0
+            if has_mask:
+                m = mask[b, t]
+                k = 1.0 if m != 0 else 0.0
+                bad += (m != 0) & (m != 1)
+            v = np.float64(x[b, t])
+            u = (v - c) * k
+            n += k
+            s += v * k
+            d += u
+            q += u * u
+    return n, s, (max(q - d * d / n, 0.0) if n > 0 else 0.0), bad
+
+
+if _cpu.HAVE_NUMBA:
+    from numba import njit as _numba_njit
+
+    _group_sums = _numba_njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})(_group_sums)
+
+
 @njit
 def normalize_groups_loop(x, mask, has_mask, size, mean_group, loo, std_group, unbiased, eps, round32, out, stats):
     """:func:`normalize_rows_loop` for statistics of groups only (no batch level), each group
@@ -322,32 +363,7 @@ def normalize_groups_loop(x, mask, has_mask, size, mean_group, loo, std_group, u
     B, T = x.shape
     for j in prange(B // size):
         lo = j * size
-        c = 0.0
-        found = False
-        for b in range(lo, lo + size):
-            for t in range(T):
-                if not has_mask or mask[b, t] != 0:
-                    c = np.float64(x[b, t])
-                    found = True
-                    break
-            if found:
-                break
-        n = s = d = q = 0.0
-        bad = 0
-        for b in range(lo, lo + size):
-            for t in range(T):
-                k = 1.0
-                if has_mask:
-                    m = mask[b, t]
-                    k = 1.0 if m != 0 else 0.0
-                    bad += (m != 0) & (m != 1)
-                v = np.float64(x[b, t])
-                u = (v - c) * k
-                n += k
-                s += v * k
-                d += u
-                q += u * u
-        m2 = max(q - d * d / n, 0.0) if n > 0 else 0.0
+        n, s, m2, bad = _group_sums(x, mask, has_mask, lo, size)
         stats[j, 0] = n
         stats[j, 1] = bad
         own = s / n if n > 0 else 0.0
@@ -388,13 +404,18 @@ def normalize_groups_loop(x, mask, has_mask, size, mean_group, loo, std_group, u
             elif round32:
                 m32 = np.float32(mean)
                 d32 = np.float32(den)
+                if has_mask:  # branch-free loops, which the compiler vectorises
+                    for t in range(T):
+                        out[b, t] = (np.float32(x[b, t]) - m32) * np.float32(mask[b, t] != 0) / d32
+                else:
+                    for t in range(T):
+                        out[b, t] = (np.float32(x[b, t]) - m32) / d32
+            elif has_mask:
                 for t in range(T):
-                    k32 = np.float32(1.0) if not has_mask or mask[b, t] != 0 else np.float32(0.0)
-                    out[b, t] = (np.float32(x[b, t]) - m32) * k32 / d32
+                    out[b, t] = (np.float64(x[b, t]) - mean) * np.float64(mask[b, t] != 0) / den
             else:
                 for t in range(T):
-                    k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
-                    out[b, t] = (np.float64(x[b, t]) - mean) * k / den
+                    out[b, t] = (np.float64(x[b, t]) - mean) / den
 
 
 def normalize_groups(rows: torch.Tensor, mask, out: torch.Tensor, size: int, mean_group: bool, loo: bool,
