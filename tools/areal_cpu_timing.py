@@ -23,9 +23,10 @@ What it prints, per shape:
 
 Results are checked first: the GAE's returns and advantages bit for bit, the normalisations
 to float32's rounding; a mismatch is marked BAD and the exit code is 1. Times are medians of
-``CALLS`` calls after warm-up ones (AReaL's loop: ``LOOP_CALLS``), rounds interleaved; the copy
-floor is the bytes over ``Tensor.copy_``'s rate (``rlscan.bench.floors``). The machine's
-other work moves every figure: compare ratios from one run.
+``CALLS`` calls after warm-up ones (AReaL's code: ``LOOP_CALLS``). The copy floor is a
+``Tensor.copy_`` of half the bytes a call must move (a copy reads and writes them), timed in
+the same rounds as rlscan's calls, one after the other: on a shared machine the load moves
+both alike. The machine's other work moves every figure: compare ratios from one run.
 
 :func:`areal_modules` imports AReaL's actor and ``areal.utils.data`` from the installed wheel
 (``pip install --no-deps areal==1.0.4``) where modules they import at the top but that these
@@ -150,16 +151,32 @@ def _median_s(fn, calls: int) -> float:
     return statistics.median(times)
 
 
+def _rounds(fns: dict, calls: int) -> dict:
+    """``{name: median seconds}`` of ``fns`` called in turns, ``calls`` rounds."""
+    times = {name: [] for name in fns}
+    for _ in range(calls):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _copy_of(moved: int):
+    """A ``Tensor.copy_`` that reads and writes ``moved`` bytes in all."""
+    src = torch.randn(moved // 8)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def _copy(d: dict) -> dict:
     return {k: v.clone() for k, v in d.items()}
 
 
 def main() -> int:
     from rlscan.adapters import areal as adapter
-    from rlscan.bench import floors
 
     actor, data, cli_args = areal_modules()
-    bandwidth = floors.measure(torch.device("cpu"), quick=DRY).bandwidth
     plain = actor_of(actor, cli_args)
     theirs = actor.PPOActor._compute_advantages
     rows, bad = [], False
@@ -178,9 +195,9 @@ def main() -> int:
         inputs = [_copy(d) for _ in range(CALLS + LOOP_CALLS + 2)]
         areal_s = _median_s(lambda: theirs(plain, inputs.pop()), LOOP_CALLS)
         patched_s = _median_s(lambda: adapter.compute_advantages(plain, inputs.pop()), CALLS)
-        gae_s = _median_s(gae, CALLS)
+        timed = _rounds({"rlscan": gae, "copy": _copy_of(B * S * 4 * 5)}, CALLS)
+        gae_s, floor_s = timed["rlscan"], timed["copy"]
         loop_s = areal_s - (patched_s - gae_s)
-        floor_s = B * S * 4 * 5 / bandwidth
         rows.append(("gae", B, S, "ok" if same else "BAD", loop_s, gae_s, floor_s,
                      f"method: AReaL {areal_s * 1e3:,.1f} ms, patched {patched_s * 1e3:,.1f} ms"))
         print(f"gae {B} x {S}: AReaL's method {areal_s * 1e3:,.1f} ms (its loop {loop_s * 1e3:,.1f} ms), patched "
@@ -201,8 +218,9 @@ def main() -> int:
             for _ in range(4):
                 ours()
             areal_n = _median_s(lambda: norm(x, loss_mask), LOOP_CALLS)
-            ours_s = _median_s(ours, CALLS)
-            rows.append((name, B, S, "ok" if close else "BAD", areal_n, ours_s, B * S * 4 * 3 / bandwidth, ""))
+            timed = _rounds({"rlscan": ours, "copy": _copy_of(B * S * 4 * 3)}, CALLS)
+            ours_s = timed["rlscan"]
+            rows.append((name, B, S, "ok" if close else "BAD", areal_n, ours_s, timed["copy"], ""))
             print(f"{name} {B} x {S}: AReaL {areal_n * 1e3:,.1f} ms, rlscan {ours_s * 1e3:,.2f} ms", flush=True)
 
     print("\n| code | B × S | same | AReaL | rlscan | × AReaL | copy floor | rlscan / floor |")
