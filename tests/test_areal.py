@@ -176,6 +176,8 @@ def test_normalization_is_areals(modules, path):
     differing = []
     for mean, std, loo, unbiased, mask, size in itertools.product(LEVELS, LEVELS, (False, True), (True, False),
                                                                   (None, torch.float32, torch.bool), (1, 4)):
+        if (loo and mean is None) or (not unbiased and std is None) or (size == 1 and "group" not in (mean, std)):
+            continue  # an option the levels do not read: a case already run
         x, m = _inputs(8, 37, size, mask)
         config = cli_args.NormConfig(mean_level=mean, std_level=std, mean_leave1out=loo, std_unbiased=unbiased,
                                      group_size=size, eps=1e-5)
