@@ -91,3 +91,21 @@ def test_bad_arguments_are_named():
         rlscan.masked_normalize(x, m * 2)
     with pytest.raises(ValueError, match="torch.distributed is not initialised"):
         rlscan.masked_normalize(x, m, group=object())
+
+
+def test_the_parallel_loops_give_the_serial_loops_bits():
+    """Each call runs a loop's serial or parallel version, whichever was faster lately: both
+    give the same bits, the reassociated sums of the statistics included."""
+    from rlscan import _cpu_rows
+
+    g = np.random.default_rng(0)
+    x = g.standard_normal((16, 1001)).astype(np.float32) * 3 + 1
+    m = (g.random((16, 1001)) > 0.3).astype(np.float32)
+    sums = [np.empty((16, 4)), np.empty((16, 4))]
+    outs, stats = [np.empty_like(x), np.empty_like(x)], [np.empty((4, 2)), np.empty((4, 2))]
+    for k, parallel in enumerate((False, True)):
+        _cpu_rows.moment_rows_loop.version(None, parallel)(x, m, True, sums[k])
+        _cpu_rows.normalize_groups_loop.version(None, parallel)(x, m, True, 4, True, False, True, True, 1e-5, True,
+                                                                outs[k], stats[k])
+    assert np.array_equal(sums[0], sums[1]) and np.array_equal(stats[0], stats[1])
+    assert np.array_equal(outs[0].view(np.int32), outs[1].view(np.int32))
