@@ -100,9 +100,18 @@ def installed_version(distribution: str) -> str | None:
 
 
 def in_range(version: str, low: tuple, high: tuple) -> bool:
-    """Whether ``version``'s (major, minor) lies in ``[low, high)``."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return match is not None and low <= (int(match[1]), int(match[2])) < high
+    """Whether ``version`` lies in ``[low, high)``, compared on as many leading numbers as
+    ``low`` has (``(major, minor)`` or ``(major, minor, patch)``)."""
+    parts = tuple(int(p) for p in re.findall(r"\d+", version)[:len(low)])
+    return len(parts) == len(low) and low <= parts < high
+
+
+def check_release(adapter: str, framework: str, version: str | None, low: tuple, high: tuple, spec: str) -> None:
+    """Raise ``ImportError`` naming both when ``version`` is outside ``[low, high)`` (``spec`` is
+    the same range as pip writes it). ``None`` (nothing installed) passes: the import that
+    follows says what is missing."""
+    if version is not None and not in_range(version, low, high):
+        raise ImportError(f"rlscan.adapters.{adapter} follows {framework} {spec}; the installed release is {version}")
 
 
 # ----------------------------------------------------------------------------- group labels

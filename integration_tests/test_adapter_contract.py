@@ -15,6 +15,7 @@ An adapter's case is skipped where its framework is not installed.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 #: adapter -> the module its import needs (verl's adapter imports without verl; its patch() needs it)
 FRAMEWORKS = {"sb3": "stable_baselines3", "rsl_rl": "rsl_rl", "torchrl": "torchrl", "rllib": "ray.rllib",
-              "verl": None, "openrlhf": None, "skyrl": None, "cleanrl": None}
+              "verl": None, "openrlhf": None, "skyrl": None, "areal": None, "cleanrl": None}
 #: adapter -> {older name: the name it is an alias of}
 OLD_NAMES = {
     "sb3": {"enable_triton_gae": "enable", "disable_triton_gae": "disable",
@@ -188,3 +189,14 @@ def test_skyrl_round_trip():
         return found
 
     check_patch(skyrl, places)
+
+
+def test_areal_round_trip():
+    areal = adapter("areal")
+    if importlib.util.find_spec("areal") is None:
+        pytest.skip("AReaL is not installed (the README's test command installs 1.0.4)")
+    from areal_cpu_timing import areal_modules
+
+    actor, data, _ = areal_modules()
+    check_patch(areal, lambda: {"actor": vars(actor.PPOActor)["_compute_advantages"],
+                                "normalization": vars(data.Normalization)["__call__"]})

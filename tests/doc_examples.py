@@ -29,7 +29,7 @@ FRAMEWORKS = {
     "stable_baselines3": "stable_baselines3", "adapters.sb3": "stable_baselines3",
     "ray.rllib": "ray", "adapters import rllib": "ray",
     "torchrl": "torchrl", "tensordict": "tensordict", "rsl_rl": "rsl_rl",
-    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf", "skyrl.patch(": "skyrl",
+    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf", "skyrl.patch(": "skyrl", "areal.patch(": "areal",
 }
 #: pages whose inputs are made with a framework
 PAGE_FRAMEWORKS = {"sb3.md": ("stable_baselines3", "gymnasium"), "torchrl.md": ("torchrl",), "rsl_rl.md": ("rsl_rl",),
@@ -223,6 +223,21 @@ def _skyrl(ns: dict) -> None:
     ppo_utils()
 
 
+def _areal(ns: dict) -> None:
+    """AReaL's actor and data modules imported first, through the tool that stands empty
+    modules in for the clients they import and never call, so that ``patch()`` finds them."""
+    import sys
+
+    if importlib.util.find_spec("areal") is None:
+        return
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from areal_cpu_timing import areal_modules
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    areal_modules()
+
+
 def _readme(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     ns.update(rewards=_randn(T, N, gen=gen), values=_randn(T, N, gen=gen), next_values=_randn(T, N, gen=gen),
@@ -233,7 +248,8 @@ def _readme(ns: dict) -> None:
 #: page -> (its inputs, what a block of it needs first)
 PAGES = {"README.md": (_readme, None), "cleanrl.md": (_cleanrl, _cleanrl_block), "sb3.md": (_sb3, _sb3_block),
          "torchrl.md": (_torchrl, None), "rsl_rl.md": (_rsl_rl, None), "rllib.md": (_rllib, None),
-         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None), "skyrl.md": (_skyrl, None)}
+         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None), "skyrl.md": (_skyrl, None),
+         "areal.md": (_areal, None)}
 
 
 def inputs(page: str) -> dict:
@@ -288,6 +304,10 @@ def restored(page: str, ns: dict):
             from rlscan.adapters import skyrl
 
             skyrl.unpatch()
+        if page == "areal.md":
+            from rlscan.adapters import areal
+
+            areal.unpatch()
 
 
 # ----------------------------------------------------------------------------- commands
@@ -297,6 +317,7 @@ HELP_ONLY = (
     (r"rlscan bench --host.*", "the host's share times compiled calls and 4096 x 2048 scans: minutes on a CPU"),
     (r"rlscan plan|rlscan bench --merge", "the docs name the command without its arguments"),
     (r"python tools/rllib_timing\.py.*", "it times RLlib's GAE on 64 episodes of 2048 steps"),
+    (r"python tools/torch_range_check\.py.*", "it installs about 3.4 GB of torch and CUDA wheels"),
 )
 #: (a command as the docs write it, why it cannot be cut short where there is a GPU): each times the GPU for
 #: minutes. Where there is none it runs, to check that it says it needs one; where there is one the test skips
@@ -315,12 +336,14 @@ COMMAND_FRAMEWORKS = (
     (r"python tools/verl_timing\.py.*", ("verl",)),
     (r"python tools/openrlhf_timing\.py.*", ("openrlhf",)),
     (r"python tools/skyrl_cpu_timing\.py.*", ("skyrl",)),
+    (r"python tools/areal_cpu_timing\.py.*", ("areal",)),
     (r"python tools/gpu_record\.py --dry", ("verl",)),  # its verl_timing step
 )
 #: tools whose run is cut to ``--dry`` (tiny shapes, few calls: it checks the script); their full runs time the
 #: CPU for minutes
-DRY_TOOLS = ("tools/cpu_rows_timing.py", "tools/dual_lambda_timing.py", "tools/openrlhf_timing.py",
-             "tools/packed_timing.py", "tools/sharded_timing.py", "tools/skyrl_cpu_timing.py", "tools/verl_timing.py")
+DRY_TOOLS = ("tools/areal_cpu_timing.py", "tools/cpu_rows_timing.py", "tools/dual_lambda_timing.py",
+             "tools/openrlhf_timing.py", "tools/packed_timing.py", "tools/sharded_timing.py", "tools/skyrl_cpu_timing.py",
+             "tools/verl_timing.py")
 
 
 def help_only(command: str):
