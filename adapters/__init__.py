@@ -1,4 +1,5 @@
-"""Framework adapters: rlscan's ops inside Stable-Baselines3, TorchRL, CleanRL, rsl_rl, verl, OpenRLHF and RLlib.
+"""Framework adapters: rlscan's ops inside Stable-Baselines3, TorchRL, CleanRL, rsl_rl, verl, OpenRLHF, SkyRL,
+AReaL and RLlib.
 
 Each adapter is a module, ``rlscan.adapters.<name>``, that imports its framework (so it is
 importable only where that framework is installed), and takes one of two shapes, by what it
@@ -14,7 +15,8 @@ Other objects, and the framework's classes and modules, are left as they are.
 
 **It changes the framework** (``"framework"``): TorchRL's estimator registry, RLlib's
 learner classes, verl's estimator registry and module functions, OpenRLHF's experience
-maker's methods::
+maker's methods, SkyRL's estimator registry and module functions, AReaL's actor and normalisation
+methods::
 
     patch(**options) -> None                the framework hands out rlscan's from now on
     unpatch() -> None                       it hands out exactly the objects patch() replaced
@@ -42,6 +44,8 @@ SHAPES = {
     "rllib": "framework",
     "verl": "framework",
     "openrlhf": "framework",
+    "skyrl": "framework",
+    "areal": "framework",
     "cleanrl": "functions",
 }
 

@@ -1,41 +1,69 @@
-"""Checks the adapters share: the arguments a framework's function takes, checked under the
-framework's names, before rlscan's public functions check them under their own."""
+"""Checks and conversions the adapters share: their arguments checked under the framework's
+names (a ``TypeError`` or ``ValueError`` that names the argument and says what was expected),
+the release a framework has installed, and responses' group labels as integers.
+
+Only rlscan's public API and torch/numpy: an adapter never reaches into ``rlscan._*``.
+"""
 from __future__ import annotations
 
+import contextlib
 import numbers
+import re
+from importlib import metadata
 
+import numpy as np
 import torch
 
-#: dtypes a 0/1 mask may have
+#: The dtypes a 0/1 mask may have.
 MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                torch.bfloat16, torch.float32, torch.float64)
 
 
-def check_floating(name: str, x, like: torch.Tensor | None = None, like_name: str = "") -> torch.Tensor:
-    """``x``: a floating tensor, of ``like``'s (argument ``like_name``'s) shape and device if given."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
-    if like is not None:
-        _same_place(name, x, like, like_name)
+def kind(x) -> str:
+    """``x``'s type as an error message names it (``torch.Tensor``, ``list``)."""
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def check_bool(name: str, x) -> bool:
+    if not isinstance(x, bool):
+        raise TypeError(f"{name} must be a bool, got {kind(x)}")
     return x
 
 
-def check_mask(name: str, mask, like: torch.Tensor, like_name: str) -> torch.Tensor:
-    """``mask``: a bool, integer or floating tensor of ``like``'s shape and device (its 0/1
-    values are :func:`check_mask_values`' or a loop's that reads it)."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype not in MASK_DTYPES:
-        raise TypeError(f"{name} must be a bool, integer or floating tensor of 0/1 values, got {mask.dtype}")
-    _same_place(name, mask, like, like_name)
-    return mask
+def check_rows(name: str, x, shape=None, device=None) -> torch.Tensor:
+    """A floating tensor ``(batch_size, response_len)`` (of ``shape`` and on ``device`` where given)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (batch_size, response_len), got {kind(x)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-d (batch_size, response_len), got shape {tuple(x.shape)}")
+    if shape is not None and x.shape != shape:
+        raise ValueError(f"{name} must have the shape {tuple(shape)} of token_level_rewards, got {tuple(x.shape)}")
+    if device is not None and x.device != device:
+        raise ValueError(f"{name} must be on token_level_rewards' device {device}, got {x.device}")
+    return x
 
 
-def check_mask_values(name: str, mask: torch.Tensor) -> None:
-    """That ``mask`` holds only 0 and 1 (a pass over it, on its device)."""
-    if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+def check_mask(name: str, m, shape, device) -> torch.Tensor:
+    """A 0/1 mask tensor (bool, integer or floating) of ``shape`` on ``device``; its values are
+    checked by the op that reads it (:func:`mask_errors_as`)."""
+    if not isinstance(m, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of 0/1 values, got {kind(m)}")
+    if m.dtype not in MASK_DTYPES:
+        raise TypeError(f"{name} must be a bool, integer or floating tensor of 0/1 values, got {m.dtype}")
+    if m.shape != shape:
+        raise ValueError(f"{name} must have the shape {tuple(shape)} of token_level_rewards, got {tuple(m.shape)}")
+    if m.device != device:
+        raise ValueError(f"{name} must be on token_level_rewards' device {device}, got {m.device}")
+    return m
+
+
+def check_mask_values(name: str, m: torch.Tensor) -> None:
+    """That ``m`` holds only 0 and 1 (one pass over it, on its device), for code that reads a
+    mask without an rlscan op to check it."""
+    if m.dtype != torch.bool and m.numel() and not bool(((m == 0) | (m == 1)).all()):
         raise_mask_values(name)
 
 
@@ -43,24 +71,99 @@ def raise_mask_values(name: str):
     raise ValueError(f"{name} must hold only 0 and 1 (1 where the step counts, 0 where it is skipped)")
 
 
-def check_bool(name: str, x) -> bool:
-    if not isinstance(x, bool):
-        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
-    return x
+@contextlib.contextmanager
+def mask_errors_as(name: str):
+    """rlscan's errors about its ``mask`` argument, under the framework's name for it."""
+    try:
+        yield
+    except ValueError as exc:
+        if str(exc).startswith("mask "):
+            raise ValueError(name + str(exc)[len("mask"):]) from None
+        raise
 
 
-def check_real(name: str, x) -> float:
+def coef(name: str, value) -> float:
+    """A float in [0, 1], from a float or a one-element tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float in [0, 1], got {kind(value)}")
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    return value
+
+
+def check_float(name: str, value) -> float:
     """A finite float (not a bool)."""
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {type(x).__name__}")
-    x = float(x)
-    if x != x or x in (float("inf"), float("-inf")):
-        raise ValueError(f"{name} must be finite, got {x}")
-    return x
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {kind(value)}")
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
 
 
-def _same_place(name: str, x: torch.Tensor, like: torch.Tensor, like_name: str) -> None:
-    if x.shape != like.shape:
-        raise ValueError(f"{name} must have the shape {tuple(like.shape)} of {like_name}, got {tuple(x.shape)}")
-    if x.device != like.device:
-        raise ValueError(f"{name} must be on the device of {like_name} ({like.device}), got {x.device}")
+# ----------------------------------------------------------------------------- releases
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def in_range(version: str, low: tuple, high: tuple) -> bool:
+    """Whether ``version`` lies in ``[low, high)``, compared on as many leading numbers as
+    ``low`` has (``(major, minor)`` or ``(major, minor, patch)``)."""
+    parts = tuple(int(p) for p in re.findall(r"\d+", version)[:len(low)])
+    return len(parts) == len(low) and low <= parts < high
+
+
+def check_release(adapter: str, framework: str, version: str | None, low: tuple, high: tuple, spec: str) -> None:
+    """Raise ``ImportError`` naming both when ``version`` is outside ``[low, high)`` (``spec`` is
+    the same range as pip writes it). ``None`` (nothing installed) passes: the import that
+    follows says what is missing."""
+    if version is not None and not in_range(version, low, high):
+        raise ImportError(f"rlscan.adapters.{adapter} follows {framework} {spec}; the installed release is {version}")
+
+
+# ----------------------------------------------------------------------------- group labels
+
+
+def group_ids(index, n: int, device) -> tuple[torch.Tensor, int]:
+    """``(ids, G)``: each response's group as an integer ``0 .. G-1``, responses whose labels
+    are equal in one group (as a dict keyed by the labels groups them: the trainers' loops).
+
+    Args:
+        index: ``n`` labels: a numpy array, a sequence (the prompts' uids, strings), or an
+            integer tensor. One ``numpy.unique`` groups them (no Python loop over the labels).
+    """
+    if isinstance(index, torch.Tensor):
+        if index.is_floating_point() or index.is_complex() or index.dim() != 1:
+            raise TypeError(f"index must be a 1-d integer tensor, a numpy array or a sequence of group labels, "
+                            f"got a {index.dim()}-d {index.dtype} tensor")
+        index = index.cpu().numpy()
+    elif not isinstance(index, np.ndarray):
+        try:
+            length = len(index)
+        except TypeError:
+            raise TypeError(f"index must be a numpy array, a sequence or an integer tensor of group labels, "
+                            f"got {kind(index)}") from None
+        labels = np.empty(length, dtype=object)
+        labels[:] = list(index)
+        index = labels
+    if index.ndim != 1 or len(index) != n:
+        raise ValueError(f"index must hold one group label per response ({n}), got shape {index.shape}")
+    if index.dtype.kind == "f" and np.isnan(index).any():
+        raise ValueError("index holds NaN labels (a NaN equals no label, not even another NaN)")
+    try:
+        _, ids = np.unique(index, return_inverse=True)  # objects: sorted and compared as the labels compare
+    except TypeError:
+        raise TypeError(f"index labels must be of one kind that orders (strings, or integers), got labels of "
+                        f"types {sorted({type(x).__name__ for x in index})}") from None
+    ids = torch.from_numpy(ids.reshape(-1).astype(np.int64, copy=False))
+    return ids.to(device), int(ids.max()) + 1 if n else 0

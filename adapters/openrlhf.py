@@ -6,8 +6,9 @@ One line, before the trainer makes experiences, turns them on::
 
 :func:`patch` replaces the methods ``get_advantages_and_returns`` and
 ``get_cumulative_returns`` of ``openrlhf.trainer.ppo_utils.experience_maker.RemoteExperienceMaker``
-with the functions below; :func:`unpatch` puts OpenRLHF's back. They follow OpenRLHF releases
-``SUPPORTED_OPENRLHF``; :func:`patch` refuses others.
+with the functions below; :func:`unpatch` puts OpenRLHF's back. ``patch(module=copy)`` does
+the same to a copy of that module loaded from its file, as OpenRLHF's own tests load it.
+They follow OpenRLHF releases ``SUPPORTED_OPENRLHF``; :func:`patch` refuses others.
 
 OpenRLHF's loops mask by multiplication: with the action mask ``m`` (1 on the response's
 tokens, 0 on padding), ``r̃ = m·r`` and ``Ṽ = m·V``, and the recurrence runs through every
@@ -31,6 +32,8 @@ import importlib
 import importlib.metadata
 import numbers
 import re
+import sys
+import types
 
 import torch
 
@@ -130,15 +133,36 @@ def _masked(x: torch.Tensor, action_mask):
 
 # ----------------------------------------------------------------------------- patching
 
+#: the experience maker class -> the methods patch() replaced on it
 _saved: dict = {}
 
 
-def _maker_class():
-    try:
-        module = importlib.import_module(_MODULE)
-    except ImportError as error:
-        raise ImportError(f"rlscan.adapters.openrlhf.patch() needs OpenRLHF ({_MODULE}): {error}") from error
-    return getattr(module, _CLASS)
+def _maker_class(module=None):
+    """``RemoteExperienceMaker`` of ``module``, or of the installed experience maker (imported)."""
+    what = "module"
+    if module is None:
+        what = _MODULE
+        try:
+            module = importlib.import_module(_MODULE)
+        except ImportError as error:
+            raise ImportError(f"rlscan.adapters.openrlhf.patch() needs OpenRLHF ({_MODULE}): {error}") from error
+    elif not isinstance(module, types.ModuleType):
+        raise TypeError(f"module must be a module holding OpenRLHF's {_CLASS} (a copy of {_MODULE}), "
+                        f"got {type(module).__name__}")
+    maker = vars(module).get(_CLASS)
+    if not isinstance(maker, type) or any(name not in vars(maker) for name in _METHODS):
+        raise ValueError(f"{what} must define OpenRLHF's {_CLASS} with the methods {', '.join(_METHODS)}; "
+                         f"{module.__name__} does not")
+    return maker
+
+
+def _patched_class(module=None):
+    """The class :func:`patch` would change for ``module``, where it can have: ``None`` where the
+    installed experience maker was never imported (nothing is imported here)."""
+    if module is not None:
+        return _maker_class(module)
+    module = sys.modules.get(_MODULE)
+    return None if module is None else vars(module).get(_CLASS)
 
 
 def check_release(version: str | None) -> None:
@@ -171,35 +195,47 @@ _METHODS = {"get_advantages_and_returns": _method(get_advantages_and_returns),
             "get_cumulative_returns": _method(get_cumulative_returns)}
 
 
-def patch() -> None:
+def patch(*, module=None) -> None:
     """Make ``RemoteExperienceMaker.get_advantages_and_returns`` and
     ``get_cumulative_returns`` rlscan's. Calling it again changes nothing.
+
+    Args:
+        module: the experience maker module whose ``RemoteExperienceMaker`` to change. By
+            default ``openrlhf.trainer.ppo_utils.experience_maker``, imported. Give it a copy
+            that was loaded apart from the import system, as OpenRLHF's own tests load
+            ``experience_maker.py`` from its file path (``importlib.util.spec_from_file_location``):
+            the default never reaches such a copy.
 
     Raises:
         ImportError: OpenRLHF is not importable, or its release is outside
             :data:`SUPPORTED_OPENRLHF`.
+        TypeError: ``module`` is not a module.
+        ValueError: ``module`` has no ``RemoteExperienceMaker`` with both methods.
     """
-    maker = _maker_class()
     check_release(_installed())
-    if _saved:
+    maker = _maker_class(module)
+    if maker in _saved:
         return
+    _saved[maker] = {name: vars(maker)[name] for name in _METHODS}
     for name, method in _METHODS.items():
-        _saved[name] = maker.__dict__[name]
         setattr(maker, name, method)
 
 
-def unpatch() -> None:
-    """Put OpenRLHF's own methods back, where rlscan's are still in place (a method someone
-    else has set since is left as theirs)."""
-    if not _saved:
+def unpatch(*, module=None) -> None:
+    """Put OpenRLHF's own methods back on the class that ``patch(module=module)`` changed,
+    where rlscan's are still in place (a method someone else has set since is left as
+    theirs). Where nothing was patched, nothing changes."""
+    maker = _patched_class(module)
+    saved = _saved.pop(maker, None)
+    if saved is None:
         return
-    maker = _maker_class()
-    for name, original in _saved.items():
-        if maker.__dict__.get(name) is _METHODS[name]:
+    for name, original in saved.items():
+        if vars(maker).get(name) is _METHODS[name]:
             setattr(maker, name, original)
-    _saved.clear()
 
 
-def is_patched() -> bool:
-    """Whether :func:`patch` is in effect."""
-    return bool(_saved)
+def is_patched(*, module=None) -> bool:
+    """Whether ``patch(module=module)`` is in effect (by default, on the installed experience
+    maker)."""
+    maker = _patched_class(module)
+    return maker is not None and maker in _saved

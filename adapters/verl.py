@@ -356,16 +356,14 @@ def compute_multi_turn_optimal_token_baseline_advantage(token_level_rewards: tor
 
 def _token_baseline(rewards, mask, index, old_log_probs, sum_pi_squared, rollout_is_weights, handle_zero_tail,
                     epsilon, multi_turn: bool):
-    _common.check_floating("token_level_rewards", rewards)
-    if rewards.dim() != 2:
-        raise ValueError(f"token_level_rewards must be (bs, response_length), got shape {tuple(rewards.shape)}")
-    _common.check_mask("response_mask", mask, rewards, "token_level_rewards")
-    _common.check_floating("old_log_probs", old_log_probs, rewards, "token_level_rewards")
-    _common.check_floating("sum_pi_squared", sum_pi_squared, rewards, "token_level_rewards")
+    _common.check_rows("token_level_rewards", rewards)
+    _common.check_mask("response_mask", mask, rewards.shape, rewards.device)
+    _common.check_rows("old_log_probs", old_log_probs, rewards.shape, rewards.device)
+    _common.check_rows("sum_pi_squared", sum_pi_squared, rewards.shape, rewards.device)
     if rollout_is_weights is not None:
-        _common.check_floating("rollout_is_weights", rollout_is_weights, rewards, "token_level_rewards")
+        _common.check_rows("rollout_is_weights", rollout_is_weights, rewards.shape, rewards.device)
     _common.check_bool("handle_zero_tail", handle_zero_tail)
-    eps = _common.check_real("epsilon", epsilon)
+    eps = _common.check_float("epsilon", epsilon)
     if index is None:
         raise ValueError("index (each response's group: the prompt's uid) is required by the optimal token baselines")
     ids, n_groups = _verl_groups.group_ids(index, len(rewards), rewards.device)

@@ -6,6 +6,7 @@ docs/semantics.md for the equations and docs/api.md for the calls.
 from . import reference
 from ._backend import get_backend, set_backend, use_backend
 from .ops import REGISTRY
+from .normalize import masked_normalize
 from .whiten import masked_whiten
 
 __version__ = "0.1.0"
@@ -19,6 +20,7 @@ globals().update(_OPS)
 __all__ = [
     *(op.name for op in REGISTRY),
     "masked_whiten",
+    "masked_normalize",
     *(name for name in _OPS if name not in REGISTRY.names()),
     "get_backend",
     "set_backend",

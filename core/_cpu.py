@@ -77,8 +77,9 @@ class _Loop:
     a ``prange`` (``tests/test_cpu_path.py`` checks): numba warns the user about a parallel
     compile that finds none."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, fastmath=False):
         self.py_func = fn
+        self.fastmath = fastmath
         self.serial = self._compile(None, False)
         self._versions = {(None, False): self.serial}
         functools.update_wrapper(self, fn)
@@ -118,7 +119,7 @@ class _Loop:
             fn = _renamed(fn, f"w{width}", grid=_fixed_grid(width))
         if parallel:
             fn = _renamed(fn, "parallel")
-        return _njit(cache=True, nogil=True, parallel=parallel)(fn)
+        return _njit(cache=True, nogil=True, parallel=parallel, fastmath=self.fastmath)(fn)
 
 
 def _renamed(fn, suffix: str, **names):
@@ -133,9 +134,13 @@ def _renamed(fn, suffix: str, **names):
     return copy
 
 
-def njit(fn):
+def njit(fn=None, *, reassociate: bool = False):
     """Compile a loop over ``[T, Bh, Bl]`` arrays whose outer loop is ``for i in prange(Bh)``
-    and whose extents come from ``grid``."""
+    and whose extents come from ``grid``. ``reassociate=True`` lets the compiler reorder the
+    loop's sums (and fuse multiply-adds), so that it vectorises them: for loops that only
+    gather statistics, never for a scan's steps, whose order is the result."""
+    if fn is None:
+        return lambda f: _Loop(f, fastmath={"reassoc", "contract"} if reassociate else False)
     return _Loop(fn)
 
 

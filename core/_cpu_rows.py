@@ -143,6 +143,34 @@ def whiten_rows_loop(x, mask, mean, scale, zero_skipped, out):
             out[b, t] = y
 
 
+@njit
+def whiten_sums_rows_loop(x, mask, sums, bad):
+    """Each row's ``[count, Σ(x − c), Σ(x − c)², c]`` over its kept positions (``mask``
+    non-zero; ``c`` the row's first kept value), summed in float64, as the scans gather them;
+    ``bad[b]`` counts the row's mask values other than 0 and 1, read on the way."""
+    B, T = x.shape
+    for b in prange(B):
+        n = 0.0
+        s = 0.0
+        q = 0.0
+        c = 0.0
+        e = 0
+        for t in range(T):
+            k = mask[b, t]
+            if k != 0:
+                if k != 1:
+                    e += 1
+                y = np.float64(x[b, t])
+                if n == 0.0:
+                    c = y
+                d = y - c
+                n += 1.0
+                s += d
+                q += d * d
+        row_sums(sums, b, n, s, q, c)
+        bad[b] = e
+
+
 def statistics(sums: np.ndarray) -> tuple:
     """``(n, μ, σ²)`` of the batch from each row's ``[count, Σ(x − c), Σ(x − c)², c]``."""
     n_b, s_b, q_b, c_b = sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3]
@@ -159,16 +187,38 @@ def statistics(sums: np.ndarray) -> tuple:
     return n, mean, m2 / (n - 1)
 
 
-def whiten(x: np.ndarray, sums: np.ndarray, one, mask=None, out=None) -> None:
+def whiten(x: np.ndarray, sums: np.ndarray, one, mask=None, out=None, eps: float = 1e-8) -> None:
     """Standardise ``x`` (``[B, T]``) into ``out`` (default: in place) with the batch's
     statistics from the rows' ``sums``, in ``one``'s dtype; 0 where ``mask`` is 0 if given."""
     _, mean, var = statistics(sums)
     dtype = type(one)
-    mean, scale = dtype(mean), dtype(1.0 / math.sqrt(var + 1e-8))
+    mean, scale = dtype(mean), dtype(1.0 / math.sqrt(var + eps))
     target = x if out is None else out
     zero_skipped = mask is not None
     run(whiten_rows_loop, ("whiten", signature(x, mask, target), zero_skipped), (x.shape[0], x.size), x,
         mask if zero_skipped else x, mean, scale, zero_skipped, target)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool):
+    """:func:`rlscan.masked_whiten` of CPU ``x`` (float32 or float64) as rows (its last
+    dimension): one loop gathers the rows' sums and counts the mask's values other than 0
+    and 1, one more writes the result into a fresh tensor. ``(out, bad)``, or ``None`` where
+    the rows are not read in place (the torch form then runs)."""
+    if x.dim() == 0 or x.numel() == 0 or x.dtype not in (torch.float32, torch.float64) or mask.dtype not in MASK_DTYPES:
+        return None
+    rows = [t.view(-1, t.shape[-1]) if t.is_contiguous() else rows_of(t, -1) for t in (x, mask)]
+    if rows[0] is None or rows[1] is None:
+        return None
+    a_x, a_m = array(rows[0]), array(rows[1])
+    out = new_rows(rows[0], x.dtype)
+    sums = np.empty((a_x.shape[0], 4))
+    bad = np.zeros(a_x.shape[0], dtype=np.int64)
+    run(whiten_sums_rows_loop, ("whiten sums", signature(a_x, a_m)), (a_x.shape[0], a_x.size), a_x, a_m, sums, bad)
+    if bad.sum():
+        return out, int(bad.sum())
+    one = np.float64(1) if x.dtype == torch.float64 else np.float32(1)
+    whiten(a_x, sums, one, a_m if zero_skipped else None, out=out.numpy(), eps=eps)
+    return out.view(x.shape), 0
 
 
 # ----------------------------------------------------------------------------- a value per row
@@ -207,3 +257,224 @@ def broadcast(x: torch.Tensor, mask: torch.Tensor):
     run(broadcast_rows_loop, ("broadcast", signature(a_m, a_out), a_x.dtype.str), (a_out.shape[0], a_out.size), a_x,
         a_m, a_out, bad)
     return out, int(bad.sum())
+
+
+# ----------------------------------------------------------------------------- rlscan.masked_normalize
+
+
+@njit(reassociate=True)
+def moment_rows_loop(x, mask, has_mask, sums):
+    """``sums[b] = [n, Σ k·x, Σ k·(x − c)² − (Σ k·(x − c))²/n, bad]`` of row ``b`` in float64
+    (``k``: 1 where ``mask`` is not 0, or everywhere without a mask; ``c`` the row's first kept
+    value; ``bad`` the mask's values other than 0 and 1). The products with ``k`` are taken as
+    the mask multiplies (a NaN at a skipped position makes the sums NaN). The sums are
+    reassociated: the compiler adds them in SIMD lanes."""
+    B, T = x.shape
+    for b in prange(B):
+        c = 0.0
+        for t in range(T):
+            if not has_mask or mask[b, t] != 0:
+                c = np.float64(x[b, t])
+                break
+        n = s = d = q = 0.0
+        bad = 0
+        for t in range(T):
+            k = 1.0
+            if has_mask:
+                m = mask[b, t]
+                k = 1.0 if m != 0 else 0.0
+                bad += (m != 0) & (m != 1)
+            v = np.float64(x[b, t])
+            u = (v - c) * k
+            n += k
+            s += v * k
+            d += u
+            q += u * u
+        sums[b, 0] = n
+        sums[b, 1] = s
+        sums[b, 2] = max(q - d * d / n, 0.0) if n > 0 else 0.0
+        sums[b, 3] = bad
+
+
+def moment_rows(rows: torch.Tensor, mask) -> np.ndarray:
+    """``[B, 4]`` float64 (:func:`moment_rows_loop`) of ``[B, T]`` rows contiguous in time."""
+    a_x = array(rows)
+    a_m = a_x if mask is None else array(mask)
+    sums = np.empty((a_x.shape[0], 4), dtype=np.float64)
+    run(moment_rows_loop, ("moments", signature(a_x, a_m), mask is None), (a_x.shape[0], a_x.size), a_x, a_m,
+        mask is not None, sums)
+    return sums
+
+
+@njit
+def normalize_rows_loop(x, mask, has_mask, mu, total, count, loo, denominator, keep_all, round_c, round_mean, narrow,
+                        out):
+    """``out = (x − μ_t) · k / denominator[b]``, rounded once into ``out``: ``μ_t`` is ``mu[b]``,
+    or where ``loo[b]`` the mean of the others, ``(total − x) / max(count − 1, 1)`` where
+    ``k = 1`` and ``total / count`` where ``k = 0``, rounded to float32 if ``round_mean``;
+    ``x − μ_t`` is rounded to float32 if ``round_c``. ``narrow``: every operand is a float32
+    (``x``, ``μ``, the divisor), and the arithmetic runs in float32, which rounds each step as
+    float64's arithmetic rounded to float32 would. ``keep_all``: ``out = x``."""
+    B, T = x.shape
+    for b in prange(B):
+        if keep_all:
+            for t in range(T):
+                out[b, t] = x[b, t]
+        elif loo[b]:
+            tot = total[b]
+            cnt = count[b]
+            regular = tot / cnt if cnt > 0 else 0.0
+            others = max(cnt - 1.0, 1.0)
+            d = denominator[b]
+            for t in range(T):
+                k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
+                v = np.float64(x[b, t])
+                m_t = (tot - v) / others if k != 0 else regular
+                if round_mean:
+                    m_t = np.float64(np.float32(m_t))
+                c = v - m_t
+                if round_c:
+                    c = np.float64(np.float32(c))
+                out[b, t] = c * k / d
+        elif narrow:
+            m32 = np.float32(mu[b])
+            d32 = np.float32(denominator[b])
+            if has_mask:  # branch-free loops, which the compiler vectorises
+                for t in range(T):
+                    out[b, t] = (np.float32(x[b, t]) - m32) * np.float32(mask[b, t] != 0) / d32
+            else:
+                for t in range(T):
+                    out[b, t] = (np.float32(x[b, t]) - m32) / d32
+        else:
+            m64 = mu[b]
+            d = denominator[b]
+            for t in range(T):
+                k = np.float64(mask[b, t] != 0) if has_mask else 1.0
+                c = np.float64(x[b, t]) - m64
+                if round_c:
+                    c = np.float64(np.float32(c))
+                out[b, t] = c * k / d
+
+
+def normalize_rows(rows: torch.Tensor, mask, out: torch.Tensor, mu, total, count, loo, denominator, keep_all: bool,
+                   round_c: bool, round_mean: bool, narrow: bool) -> None:
+    """:func:`normalize_rows_loop` over ``[B, T]`` rows, the per-row arguments float64 ``[B]`` tensors."""
+    a_x, a_out = array(rows), out.numpy()
+    a_m = a_x if mask is None else array(mask)
+    per_row = [np.ascontiguousarray(v.numpy()) for v in (mu, total, count, loo, denominator)]
+    run(normalize_rows_loop, ("normalize", signature(a_x, a_m, a_out), mask is None), (a_x.shape[0], a_x.size),
+        a_x, a_m, mask is not None, *per_row, keep_all, round_c, round_mean, narrow, a_out)
+
+
+def _group_sums(x, mask, has_mask, lo, size):
+    """``(n, Σ k·x, M2, bad)`` of rows ``lo .. lo + size − 1`` (M2 about the group's mean, from
+    sums about its first kept value); compiled with reassociation, its sums in SIMD lanes."""
+    T = x.shape[1]
+    c = 0.0
+    found = False
+    for b in range(lo, lo + size):
+        for t in range(T):
+            if not has_mask or mask[b, t] != 0:
+                c = np.float64(x[b, t])
+                found = True
+                break
+        if found:
+            break
+    n = s = d = q = 0.0
+    bad = 0
+    for b in range(lo, lo + size):
+        for t in range(T):
+            k = 1.0
+            if has_mask:
+                m = mask[b, t]
+                k = 1.0 if m != 0 else 0.0
+                bad += (m != 0) & (m != 1)
+            v = np.float64(x[b, t])
+            u = (v - c) * k
+            n += k
+            s += v * k
+            d += u
+            q += u * u
+    return n, s, (max(q - d * d / n, 0.0) if n > 0 else 0.0), bad
+
+
+if _cpu.HAVE_NUMBA:
+    from numba import njit as _numba_njit
+
+    _group_sums = _numba_njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})(_group_sums)
+
+
+@njit
+def normalize_groups_loop(x, mask, has_mask, size, mean_group, loo, std_group, unbiased, eps, round32, out, stats):
+    """:func:`normalize_rows_loop` for statistics of groups only (no batch level), each group
+    of ``size`` consecutive rows in one iteration: its count, sum and centred sum of squares
+    (about its first kept value), its mean and ``σ + eps`` as :mod:`rlscan.normalize` takes
+    them, then its rows written, while they are still in the cache. ``stats[j] = [n, bad]``."""
+    B, T = x.shape
+    for j in prange(B // size):
+        lo = j * size
+        n, s, m2, bad = _group_sums(x, mask, has_mask, lo, size)
+        stats[j, 0] = n
+        stats[j, 1] = bad
+        own = s / n if n > 0 else 0.0
+        # the mean the rows subtract, and whether each position leaves itself out
+        usable = mean_group and not (loo and size == 1) and (n > 1 if loo else n > 0)
+        mean = own if usable else 0.0
+        if round32:
+            mean = np.float64(np.float32(mean))
+        if std_group:
+            if loo and usable:
+                ratio = n / (n - 1.0)
+                sq = m2 * ratio * ratio
+            else:
+                sq = m2 + n * (own - mean) * (own - mean)
+            if unbiased:
+                sigma = 1.0 if size == 1 or n <= 1 else np.sqrt(sq / (n - 1.0))
+            else:
+                sigma = np.sqrt(sq / n) if n > 0 else 1.0
+            if round32:
+                den = np.float64(np.float32(np.float32(sigma) + np.float32(eps)))
+            else:
+                den = sigma + eps
+        else:
+            den = 1.0
+        others = max(n - 1.0, 1.0)
+        regular = s / n if n > 0 else 0.0
+        for b in range(lo, lo + size):
+            if loo and usable:
+                for t in range(T):
+                    k = 1.0 if not has_mask or mask[b, t] != 0 else 0.0
+                    v = np.float64(x[b, t])
+                    m_t = (s - v) / others if k != 0 else regular
+                    if round32:
+                        m_t = np.float64(np.float32(m_t))
+                        out[b, t] = np.float64(np.float32(v - m_t)) * k / den
+                    else:
+                        out[b, t] = (v - m_t) * k / den
+            elif round32:
+                m32 = np.float32(mean)
+                d32 = np.float32(den)
+                if has_mask:  # branch-free loops, which the compiler vectorises
+                    for t in range(T):
+                        out[b, t] = (np.float32(x[b, t]) - m32) * np.float32(mask[b, t] != 0) / d32
+                else:
+                    for t in range(T):
+                        out[b, t] = (np.float32(x[b, t]) - m32) / d32
+            elif has_mask:
+                for t in range(T):
+                    out[b, t] = (np.float64(x[b, t]) - mean) * np.float64(mask[b, t] != 0) / den
+            else:
+                for t in range(T):
+                    out[b, t] = (np.float64(x[b, t]) - mean) / den
+
+
+def normalize_groups(rows: torch.Tensor, mask, out: torch.Tensor, size: int, mean_group: bool, loo: bool,
+                     std_group: bool, unbiased: bool, eps: float, round32: bool) -> np.ndarray:
+    """:func:`normalize_groups_loop` over ``[B, T]`` rows; returns each group's ``[n, bad]``."""
+    a_x, a_out = array(rows), out.numpy()
+    a_m = a_x if mask is None else array(mask)
+    stats = np.empty((a_x.shape[0] // size, 2), dtype=np.float64)
+    run(normalize_groups_loop, ("normalize groups", signature(a_x, a_m, a_out), mask is None),
+        (a_x.shape[0] // size, a_x.size), a_x, a_m, mask is not None, size, mean_group, loo, std_group, unbiased,
+        eps, round32, a_out, stats)
+    return stats

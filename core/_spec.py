@@ -12,7 +12,10 @@ tests and the tools all read ``rlscan.ops.REGISTRY``, a tuple of them.
 
 An op's modules are named, not imported: a :class:`Ref` (``"module:attribute"``) and a
 :class:`Kernel` import theirs at their first use, so importing rlscan loads neither Triton
-nor the compiled CPU loops.
+nor the compiled CPU loops. That first use must not be inside ``torch.compile``'s traced
+region, where ``importlib`` cannot run (dynamo refuses it, and ``fullgraph=True`` fails
+on a process's first compiled call): what runs there (``Masked.whiten``) is the function
+itself, and what a Ref names runs only behind a custom op or outside ``torch.compile``.
 
 The helpers at the end describe how an op's tensors meet a kernel, independent of any one
 call: the strides each kind of input is read with, and the part of a tensor a launch plan's
@@ -146,7 +149,8 @@ class Masked:
       values as it reads them (``check(call, mask)`` does elsewhere);
     * otherwise the two scans: ``first`` (the next kept values, on the inputs of its names)
       into ``op``'s input ``feeds``, then ``op``, whose first output ``whiten(x, mask)``
-      standardises where asked.
+      standardises where asked. The two scans are the plan inside ``torch.compile``, so
+      ``whiten`` and ``check`` are functions, never a :class:`Ref`, which would import there.
 
     The tensors come in ``op.inputs`` order, ``None`` at ``feeds``."""
 
@@ -164,6 +168,10 @@ class Masked:
     first_of: tuple = field(init=False, repr=False)  # where each of ``first``'s inputs is among ``op``'s
 
     def __post_init__(self):
+        for name in ("check", "whiten"):
+            if isinstance(getattr(self, name), Ref):
+                raise TypeError(f"Masked.{name} runs inside torch.compile's traced region, where a Ref cannot import "
+                                "its module: pass the function itself")
         names = [name for name, _ in self.op.inputs]
         object.__setattr__(self, "feeds_of", names.index(self.feeds))
         object.__setattr__(self, "mask_of", names.index(self.mask))

@@ -137,6 +137,9 @@ def parser() -> argparse.ArgumentParser:
                    help="on a GPU, processes that compile the grid's Triton kernels before it runs (default: half "
                         "the CPUs, at most 8; 1: each compiles at its first call)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    b.add_argument("--budget-s", type=_positive(float), default=None, dest="budget_s",
+                   help="seconds for the whole run: no section of --host and no cell starts after them; those left "
+                        "out are listed in bench.json (not_run)")
     b.add_argument("--merge", nargs="+", metavar="BENCH_JSON", default=None,
                    help="run nothing: merge the bench.json files of several runs of one grid on one machine (e.g. "
                         "its ops run in separate calls) into --out's bench.json, with the summary and bench.png")
@@ -255,7 +258,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     opts = Options(ops=args.ops, shapes=args.shapes, layout=args.layout, dtype=getattr(torch, args.dtype),
                    quick=args.quick, e2e=args.e2e, out=args.out, repeat=args.repeat, cap_s=args.cap_s,
                    compile_budget_s=args.compile_budget_s, alternatives=args.alternatives, all_cells=args.all_cells,
-                   seed=args.seed, host=args.host, host_large=args.host_large, compile_jobs=args.compile_jobs)
+                   seed=args.seed, host=args.host, host_large=args.host_large, compile_jobs=args.compile_jobs,
+                   budget_s=args.budget_s)
     return run(opts)
 
 

@@ -13,7 +13,11 @@ With ``group=``, the sums are those of every rank's kept positions: each rank ad
 On the Triton path this is three kernels: one pass that reduces blocks of the tensor to
 their count, mean and centred sum of squares, one program that merges them in float64
 (Chan et al.'s formula), and one pass that writes the result; the statistics stay on
-the device.
+the device. On the CPU path, float32 and float64 values whose rows (the last dimension)
+are contiguous take two compiled loops (``rlscan._cpu_rows``): one reads the values and the
+mask in place and gathers each row's count and shifted sums in float64, checking the mask's
+values on the way, and one writes the result; other inputs, ``shift_mean=False`` and values
+that need gradients take torch operations.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import warnings
 
 import torch
 
-from . import _backend
+from . import _backend, _cpu_rows
 from ._inputs import check_bool, check_device, check_float, check_shape, to_tensor, type_name
 from .ops._skip import MASK_DTYPES
 
@@ -73,10 +77,19 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
         return _across_ranks(x, m, shift_mean, eps, zero_skipped, group, numpy_io)
     if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
         return _torch_form(x, m, shift_mean, eps, zero_skipped, check=False)
-    if m.device.type == "cpu" and _holds_other_values(m):
-        raise ValueError(MASK_VALUES)
     out = None
-    if _backend.path_for(x.device.type, "values") == "triton" and x.is_contiguous() and m.is_contiguous() and x.numel():
+    if _backend.path_for(x.device.type, "values") == "cpu" and shift_mean and not (
+            torch.is_grad_enabled() and x.requires_grad):
+        # the CPU row loops: the sums in one pass that also checks the mask's values, then the result
+        rows = _cpu_rows.masked_whiten(x, m, eps, zero_skipped)
+        if rows is not None:
+            if rows[1]:
+                raise ValueError(MASK_VALUES)
+            out = rows[0]
+    if out is None and m.device.type == "cpu" and _holds_other_values(m):
+        raise ValueError(MASK_VALUES)
+    if (out is None and _backend.path_for(x.device.type, "values") == "triton" and x.is_contiguous()
+            and m.is_contiguous() and x.numel()):
         try:
             from ._triton import whiten as kernels
 

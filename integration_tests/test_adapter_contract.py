@@ -15,6 +15,7 @@ An adapter's case is skipped where its framework is not installed.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import sys
 from pathlib import Path
@@ -24,11 +25,12 @@ import pytest
 import rlscan.adapters
 from rlscan.adapters import SHAPES, VERBS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # openrlhf_timing imports OpenRLHF's class
+# openrlhf_timing imports OpenRLHF's class, skyrl_py311 SkyRL's ppo_utils
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 #: adapter -> the module its import needs (verl's adapter imports without verl; its patch() needs it)
 FRAMEWORKS = {"sb3": "stable_baselines3", "rsl_rl": "rsl_rl", "torchrl": "torchrl", "rllib": "ray.rllib",
-              "verl": None, "openrlhf": None, "cleanrl": None}
+              "verl": None, "openrlhf": None, "skyrl": None, "areal": None, "cleanrl": None}
 #: adapter -> {older name: the name it is an alias of}
 OLD_NAMES = {
     "sb3": {"enable_triton_gae": "enable", "disable_triton_gae": "disable",
@@ -168,3 +170,34 @@ def test_openrlhf_round_trip():
     maker = experience_maker()
     check_patch(openrlhf, lambda: {name: vars(maker)[name]
                                    for name in ("get_advantages_and_returns", "get_cumulative_returns")})
+
+
+def test_skyrl_round_trip():
+    skyrl = adapter("skyrl")
+    from skyrl_py311 import ppo_utils
+
+    modules = ppo_utils()
+    if not modules:
+        pytest.skip("SkyRL is not installed (the README's test command installs skyrl==0.4.0 and skyrl-train==0.3.1)")
+
+    def places():
+        found = {}
+        for dist, module in modules.items():
+            for name, (attr, _) in skyrl._ESTIMATORS.items():
+                if hasattr(module, attr):
+                    found[(dist, "registry", name)] = module.AdvantageEstimatorRegistry.get(name)
+                    found[(dist, "attr", attr)] = getattr(module, attr)
+        return found
+
+    check_patch(skyrl, places)
+
+
+def test_areal_round_trip():
+    areal = adapter("areal")
+    if importlib.util.find_spec("areal") is None:
+        pytest.skip("AReaL is not installed (the README's test command installs 1.0.4)")
+    from areal_cpu_timing import areal_modules
+
+    actor, data, _ = areal_modules()
+    check_patch(areal, lambda: {"actor": vars(actor.PPOActor)["_compute_advantages"],
+                                "normalization": vars(data.Normalization)["__call__"]})

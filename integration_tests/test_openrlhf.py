@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,58 @@ def test_patched_openrlhf_calls_rlscan_as_its_methods(maker):
         adapter.unpatch()
     for w, x in zip((*want[0], want[1]), (*got[0], got[1])):
         torch.testing.assert_close(x, w, rtol=0, atol=0)
+
+
+def _private_copy():
+    """The installed ``experience_maker.py`` executed as a module of another name, as OpenRLHF's
+    own tests load it (``integration_tests/test_openrlhf_own_tests.py`` runs those)."""
+    import openrlhf.trainer.ppo_utils.experience_maker as installed
+    from openrlhf_timing import cuda_stand_ins
+
+    spec = importlib.util.spec_from_file_location("_rlscan_private_experience_maker", installed.__file__)
+    module = importlib.util.module_from_spec(spec)
+    with cuda_stand_ins():
+        spec.loader.exec_module(module)
+    return module
+
+
+def test_patch_module_reaches_a_private_copy_and_leaves_the_installed_class(maker):
+    import rlscan.adapters.openrlhf as adapter
+
+    names = ("get_advantages_and_returns", "get_cumulative_returns")
+    copy = _private_copy()
+    theirs, installed = ({n: vars(c)[n] for n in names} for c in (copy.RemoteExperienceMaker, maker))
+    rewards, values, mask = _batch(5, 4, 64, torch.float32, True)
+    want = maker.get_advantages_and_returns(None, values, rewards, mask, 0.99, 0.95)
+    assert not adapter.is_patched(module=copy)
+    adapter.patch(module=copy)
+    try:
+        adapter.patch(module=copy)  # again: nothing changes
+        assert adapter.is_patched(module=copy) and not adapter.is_patched()
+        for name in names:
+            assert vars(copy.RemoteExperienceMaker)[name].__wrapped__ is getattr(adapter, name)
+            assert vars(maker)[name] is installed[name]
+        got = object.__new__(copy.RemoteExperienceMaker).get_advantages_and_returns(values, rewards, mask, 0.99, 0.95)
+        adapter.unpatch()  # the installed class's: nothing to undo, the copy stays patched
+        assert adapter.is_patched(module=copy)
+    finally:
+        adapter.unpatch(module=copy)
+    assert not adapter.is_patched(module=copy)
+    assert {n: vars(copy.RemoteExperienceMaker)[n] for n in names} == theirs
+    for w, x in zip(want, got):
+        torch.testing.assert_close(x, w, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("module,error,match", [
+    ("openrlhf.trainer.ppo_utils.experience_maker", TypeError, "module must be a module .* got str"),
+    (types.ModuleType("empty"), ValueError, "module must define OpenRLHF's RemoteExperienceMaker .* empty does not"),
+])
+def test_patch_refuses_a_module_without_the_experience_maker(module, error, match):
+    import rlscan.adapters.openrlhf as adapter
+
+    for verb in (adapter.patch, adapter.unpatch, adapter.is_patched):
+        with pytest.raises(error, match=match):
+            verb(module=module)
 
 
 def test_a_release_outside_the_range_is_refused_by_name():

@@ -29,18 +29,22 @@ FRAMEWORKS = {
     "stable_baselines3": "stable_baselines3", "adapters.sb3": "stable_baselines3",
     "ray.rllib": "ray", "adapters import rllib": "ray",
     "torchrl": "torchrl", "tensordict": "tensordict", "rsl_rl": "rsl_rl",
-    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf",
+    "verl.patch(": "verl", "gym.": "gymnasium", "openrlhf.patch(": "openrlhf", "skyrl.patch(": "skyrl", "areal.patch(": "areal",
 }
 #: pages whose inputs are made with a framework
 PAGE_FRAMEWORKS = {"sb3.md": ("stable_baselines3", "gymnasium"), "torchrl.md": ("torchrl",), "rsl_rl.md": ("rsl_rl",),
                    "rllib.md": ("ray",), "cleanrl.md": ()}
 
 
+def needs(page: str, code: str) -> tuple:
+    """The frameworks an example needs: those it names and its page's, sorted."""
+    needed = [module for name, module in FRAMEWORKS.items() if name in code]
+    return tuple(sorted(set(needed) | set(PAGE_FRAMEWORKS.get(page, ()))))
+
+
 def missing(page: str, code: str):
     """Why the example cannot run here (a framework or a GPU it needs), or None."""
-    needed = [module for name, module in FRAMEWORKS.items() if name in code]
-    needed += PAGE_FRAMEWORKS.get(page, ())
-    for module in dict.fromkeys(needed):
+    for module in needs(page, code):
         if importlib.util.find_spec(module) is None:
             return f"needs {module}, which is not installed"
     if "CudaGraphModule" in code and not torch.cuda.is_available():
@@ -123,6 +127,9 @@ def _cleanrl(ns: dict) -> None:
         torch=torch, np=__import__("numpy"), device=device, args=args, run_name="docs", agent=_Agent().to(device),
         make_env=_make_env, next_obs=_randn(N, 4, **s), action=torch.zeros(N, dtype=torch.long, device=device),
         rewards=_randn(T, N, **s), values=_randn(T, N, **s), dones=_flags(T, N, **s), next_done=_flags(N, **s),
+        # the rollout's storage and bootstrap as the page's truncation section keeps them (envs.step's flags,
+        # unshifted; next_value as CleanRL reshapes it), for the examples after it that need no environment
+        terminations=_flags(T, N, **s), truncations=_flags(T, N, **s), next_value=_randn(1, N, **s),
         curiosity_rewards=_randn(T, N, **s), ext_values=_randn(T, N, **s), int_values=_randn(T, N, **s),
         vals=_randn(T, N, **s), gamma=0.99, gae_lambda=0.95, exact=False,
     )
@@ -205,6 +212,39 @@ def _openrlhf(ns: dict) -> None:
     experience_maker()
 
 
+def _skyrl(ns: dict) -> None:
+    """SkyRL's batch as its trainer passes it (right-aligned responses, an int64 mask, uids), and
+    its ``ppo_utils`` imported through the tool that makes it importable on Python 3.11, so that
+    ``patch()`` finds it."""
+    import sys
+
+    gen = torch.Generator().manual_seed(0)
+    ns.update(token_level_rewards=_randn(N, T, gen=gen), values=_randn(N, T, gen=gen),
+              response_mask=(torch.arange(T) >= torch.tensor([[0], [2], [T - 2]])).long(), gamma=1.0, lambd=0.95,
+              index=["uid-0", "uid-0", "uid-1"])
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from skyrl_py311 import ppo_utils
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    ppo_utils()
+
+
+def _areal(ns: dict) -> None:
+    """AReaL's actor and data modules imported first, through the tool that stands empty
+    modules in for the clients they import and never call, so that ``patch()`` finds them."""
+    import sys
+
+    if importlib.util.find_spec("areal") is None:
+        return
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from areal_cpu_timing import areal_modules
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    areal_modules()
+
+
 def _readme(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     ns.update(rewards=_randn(T, N, gen=gen), values=_randn(T, N, gen=gen), next_values=_randn(T, N, gen=gen),
@@ -215,7 +255,8 @@ def _readme(ns: dict) -> None:
 #: page -> (its inputs, what a block of it needs first)
 PAGES = {"README.md": (_readme, None), "cleanrl.md": (_cleanrl, _cleanrl_block), "sb3.md": (_sb3, _sb3_block),
          "torchrl.md": (_torchrl, None), "rsl_rl.md": (_rsl_rl, None), "rllib.md": (_rllib, None),
-         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None)}
+         "verl.md": (_verl, None), "openrlhf.md": (_openrlhf, None), "skyrl.md": (_skyrl, None),
+         "areal.md": (_areal, None)}
 
 
 def inputs(page: str) -> dict:
@@ -266,6 +307,14 @@ def restored(page: str, ns: dict):
             from rlscan.adapters import openrlhf
 
             openrlhf.unpatch()
+        if page == "skyrl.md":
+            from rlscan.adapters import skyrl
+
+            skyrl.unpatch()
+        if page == "areal.md":
+            from rlscan.adapters import areal
+
+            areal.unpatch()
 
 
 # ----------------------------------------------------------------------------- commands
@@ -275,9 +324,34 @@ HELP_ONLY = (
     (r"rlscan bench --host.*", "the host's share times compiled calls and 4096 x 2048 scans: minutes on a CPU"),
     (r"rlscan plan|rlscan bench --merge", "the docs name the command without its arguments"),
     (r"python tools/rllib_timing\.py.*", "it times RLlib's GAE on 64 episodes of 2048 steps"),
+    (r"python tools/torch_range_check\.py.*", "it installs about 3.4 GB of torch and CUDA wheels"),
 )
-#: commands that time a GPU for minutes: run where there is none (to say so), skipped where there is
-GPU_RUNS = r"rlscan tune|python tools/(gpu_check|seed_compare|verl_timing)\.py(?! --cpu).*"
+#: (a command as the docs write it, why it cannot be cut short where there is a GPU): each times the GPU for
+#: minutes. Where there is none it runs, to check that it says it needs one; where there is one the test skips
+#: it (tools/gpu_record.py and tools/gpu_check.py are the GPU's own record). A synopsis of one reads its --help.
+GPU_RUNS = (
+    (r"rlscan tune.*", "rlscan tune times launch settings on this GPU for its budget (1800 s by default)"),
+    (r"python tools/gpu_record\.py(?! --dry).*", "it is the GPU record: 540 s of this GPU's time"),
+    (r"python tools/gpu_check\.py.*", "it checks every kernel path on this GPU for minutes"),
+    (r"python tools/seed_compare\.py.*", "it times the seed's design against rlscan on this GPU for minutes"),
+    (r"python tools/verl_timing\.py(?! --cpu).*", "it times verl's estimators on this GPU for minutes"),
+    (r"python tools/packed_gpu\.py.*", "it checks and times the packed kernels on this GPU for about 3 minutes"),
+)
+#: (a command as the docs write it, the frameworks it imports): skipped where one is not installed
+COMMAND_FRAMEWORKS = (
+    (r"python tools/rllib_timing\.py.*", ("ray", "gymnasium")),
+    (r"python tools/verl_timing\.py.*", ("verl",)),
+    (r"python tools/openrlhf_timing\.py.*", ("openrlhf",)),
+    (r"python tools/skyrl_cpu_timing\.py.*", ("skyrl",)),
+    (r"python tools/areal_cpu_timing\.py.*", ("areal",)),
+    (r"python tools/gpu_record\.py --dry", ("verl",)),  # its verl_timing step
+)
+#: tools whose run is cut to ``--dry`` (tiny shapes, few calls: it checks the script); their full runs time the
+#: CPU for minutes
+DRY_TOOLS = ("tools/areal_cpu_timing.py", "tools/cpu_rows_timing.py", "tools/dual_lambda_timing.py",
+             "tools/openrlhf_timing.py", "tools/packed_timing.py", "tools/sharded_timing.py", "tools/skyrl_cpu_timing.py",
+             "tools/verl_v1_keys_timing.py",
+             "tools/verl_timing.py")
 
 
 def help_only(command: str):
@@ -287,15 +361,31 @@ def help_only(command: str):
     return next((why for pattern, why in HELP_ONLY if re.fullmatch(pattern, command)), None)
 
 
+def gpu_run(command: str):
+    """Why the command is not run here, where there is a GPU it would time for minutes, or None."""
+    if help_only(command) or not torch.cuda.is_available():
+        return None
+    return next((why for pattern, why in GPU_RUNS if re.fullmatch(pattern, command)), None)
+
+
+def command_missing(command: str):
+    """Why the command cannot run here (a framework it imports is not installed), or None."""
+    for pattern, modules in COMMAND_FRAMEWORKS:
+        if re.fullmatch(pattern, command):
+            for module in modules:
+                if importlib.util.find_spec(module) is None:
+                    return f"needs {module}, which is not installed"
+    return None
+
+
 def shortest(argv: list, out: str) -> list:
-    """``rlscan bench`` as the docs write it, cut to the smallest run that reaches the same code:
-    ``--quick``, one op at one shape (no grid where the command times ``--e2e``), into ``out``;
-    its options sorted, so that commands that differ only in their order run once. The CPU
-    timings of verl (``--cpu``, with any other option) and OpenRLHF, and the timing of verl's v1
-    wrapper, run their tiny shapes (``--dry``)."""
-    if argv[:2] == ["tools/verl_timing.py", "--cpu"] or argv[:1] in (["tools/openrlhf_timing.py"],
-                                                                    ["tools/verl_v1_keys_timing.py"]):
-        return argv + ["--dry"] if "--dry" not in argv else list(argv)
+    """A command as the docs write it, cut to the smallest run that reaches the same code:
+    ``rlscan bench`` with ``--quick``, one op at one shape (no grid where the command times
+    ``--e2e``), into ``out``, its options sorted, so that commands that differ only in their
+    order run once; the CPU timing tools (``DRY_TOOLS``, verl's with ``--cpu``) on their tiny
+    shapes (``--dry``)."""
+    if argv[0] in DRY_TOOLS and "--dry" not in argv and (argv[0] != "tools/verl_timing.py" or "--cpu" in argv):
+        return argv + ["--dry"]
     if argv[:2] != ["rlscan", "bench"]:
         return list(argv)
     options, k = {}, 2

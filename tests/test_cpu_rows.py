@@ -1,8 +1,9 @@
 """The CPU row loops (rlscan._cpu_rows: the masked GAE and REINFORCE++'s returns over
-``[B, T]`` rows contiguous in time, with the whitening's sums) against the general CPU path
-(the next kept values, then the masked loop, then masked_whiten's torch form): the same
-bits, in their serial and parallel versions, for every dtype they read in place, without
-converting or copying an input."""
+``[B, T]`` rows contiguous in time, with the whitening's sums, and masked_whiten's own two
+loops) against the general CPU path (the next kept values, then the masked loop, then
+masked_whiten's torch form): the same bits (the whitening to the last bits of its dtype:
+its float64 sums run in another order), in their serial and parallel versions, for every
+dtype they read in place, without converting or copying an input."""
 import numpy as np
 import pytest
 import torch
@@ -120,6 +121,24 @@ def test_rows_check_the_masks_values(version, dtype):
         rlscan.gae(r, v, mask=m, whiten=True, time_dim=1)
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
         kept_returns.returns_and_advantages(r, m, 0.9)
+
+
+@pytest.mark.parametrize("x_dtype, mask_dtype", [(torch.float32, torch.int64), (torch.float32, torch.bool),
+                                                 (torch.float64, torch.float32)])
+def test_masked_whiten_rows_are_the_torch_form(version, x_dtype, mask_dtype):
+    """``rlscan.masked_whiten`` on the CPU: the row loops (each row's sums, the mask's values
+    checked on the way, then the result) give the torch form's values, for ``[B, T]`` rows and
+    for the last dimension of a 3-d tensor; a mask of other values is refused."""
+    x, _, m = responses(6, 41, seed=9, value_dtype=x_dtype, mask_dtype=mask_dtype, scattered=True)
+    for zero_skipped in (False, True):
+        for xs, ms in ((x, m), (x.view(2, 3, 41), m.view(2, 3, 41))):
+            got = rlscan.masked_whiten(xs, ms, zero_skipped=zero_skipped)
+            assert got.shape == xs.shape and got.dtype == x_dtype
+            assert_whitened(got, whiten._torch_form(xs, ms, True, 1e-8, zero_skipped))
+    if mask_dtype != torch.bool:
+        m[4, 7] = 3
+        with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
+            rlscan.masked_whiten(x, m)
 
 
 def test_whitening_statistics_resist_cancellation():

@@ -28,8 +28,10 @@ import os
 import pathlib
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -489,7 +491,7 @@ def test_signatures_are_the_functions(example):
             f"{page.name}:{line}: rlscan.{name}{documented} is rlscan.{name}{actual}"
 
 
-_RUN: dict = {}  # page -> (its namespace, the lines of its examples run so far)
+_RUN: dict = {}  # (page, frameworks) -> (its namespace, the lines of its examples run so far)
 
 
 def _run(page, line, code, ns) -> None:
@@ -500,16 +502,21 @@ def _run(page, line, code, ns) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=_id)
 def test_example_runs(example, tmp_path, monkeypatch):
+    """An example runs after the page's earlier examples that need no framework it does not need
+    (what a reader with only those frameworks ran before it), in a namespace of their own: so
+    the example runs the same on every machine that has its frameworks, whichever others are
+    installed and whichever examples ran first."""
     page, line, code = example
     reason = doc_examples.missing(page.name, code)
     if reason:
         pytest.skip(reason)
     monkeypatch.chdir(tmp_path)  # where an example writes and reads its files
-    ns, done = _RUN.setdefault(page.name, (doc_examples.inputs(page.name), set()))
+    frameworks = set(doc_examples.needs(page.name, code))
+    ns, done = _RUN.setdefault((page.name, tuple(sorted(frameworks))), (doc_examples.inputs(page.name), set()))
     with doc_examples.restored(page.name, ns):
         for at, earlier in code_blocks(page):  # what a reader ran before, where this test runs alone
-            if at < line and at not in done and not is_signatures(earlier) and not doc_examples.missing(page.name,
-                                                                                                       earlier):
+            if at < line and at not in done and not is_signatures(earlier) and \
+                    set(doc_examples.needs(page.name, earlier)) <= frameworks:
                 done.add(at)
                 _run(page, at, earlier, ns)
         done.add(line)
@@ -570,16 +577,12 @@ def _help(command: str) -> list:
         else words[:1] + ["--help"]
 
 
-def gpu_run(command: str) -> bool:
-    """Whether the command times a GPU for minutes, and there is one here (the test skips it)."""
-    return torch.cuda.is_available() and re.fullmatch(doc_examples.GPU_RUNS, command) is not None
-
-
 def planned_runs(out: str) -> dict:
-    """``{command: (argv the test runs, why it only reads the help, or None)}``, without the GPU runs."""
+    """``{command: (argv the test runs, why it only reads the help, or None)}``, without the
+    commands that cannot run here (a GPU they would time for minutes, a framework missing)."""
     runs = {}
     for command in COMMANDS:
-        if gpu_run(command):
+        if doc_examples.gpu_run(command) or doc_examples.command_missing(command):
             continue
         why = doc_examples.help_only(command)
         runs[command] = (_help(command) if why else doc_examples.shortest(_argv(command), out), why)
@@ -588,7 +591,6 @@ def planned_runs(out: str) -> dict:
 
 RUNNER = """
 import contextlib, io, json, os, runpy, sys, traceback
-results = []
 for argv in json.loads(sys.argv[1]):
     out, err, code, trace = io.StringIO(), io.StringIO(), 0, None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -606,19 +608,38 @@ for argv in json.loads(sys.argv[1]):
                 err.write(str(done.code) + "\\n")
         except BaseException:
             code, trace = 1, traceback.format_exc()
-    results.append(dict(argv=argv, code=code, out=out.getvalue(), err=err.getvalue(), trace=trace))
-print(json.dumps(results))
+    print(json.dumps(dict(argv=argv, code=code, out=out.getvalue(), err=err.getvalue(), trace=trace)), flush=True)
 """
 
 
-def _run_commands(argvs: list) -> list:
+def _run_commands(argvs: list, seconds: float) -> list:
     """Run the commands one after another in one fresh interpreter (no TRITON_INTERPRET, as in a
-    user's shell), from the repository's root; their results."""
+    user's shell), from the repository's root; their results. Past ``seconds`` the interpreter
+    and whatever it started are killed, and each command not finished gets a result that says so."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(argvs)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(argvs)], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+    results = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"argv"')]
+    finished = {tuple(r["argv"]) for r in results}
+    late = f"not finished: the commands ran past {seconds:.0f} s together (stderr: {stderr[-1000:]})"
+    return results + [dict(argv=list(a), code=1, out="", err="", trace=late) for a in argvs if tuple(a) not in finished]
+
+
+def _commands_budget(config) -> float:
+    """Seconds for every planned command together: most of pytest-timeout's limit on the test that
+    runs them, where one is set, else 15 minutes."""
+    limit = config.getoption("timeout", None)  # pytest-timeout's option, where it is installed
+    if not limit:
+        try:
+            limit = config.getini("timeout")
+        except ValueError:  # pytest-timeout is not installed
+            limit = None
+    return 0.8 * float(limit) if limit else 900.0
 
 
 def _alone(argv) -> bool:
@@ -626,14 +647,33 @@ def _alone(argv) -> bool:
     return list(argv[:2]) == ["rlscan", "plan"] and "--help" not in argv
 
 
+def _shared_folder(tmp_path_factory) -> pathlib.Path:
+    """A folder of this test session that its pytest-xdist workers share (each has a base folder
+    of its own in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="module")
-def command_results(tmp_path_factory):
-    """Every planned command run once: ``{command: (result, why it read only the help)}``."""
-    runs = planned_runs(str(tmp_path_factory.mktemp("bench-out")))
-    argvs = list(dict.fromkeys(tuple(argv) for argv, _ in runs.values()))
-    results = _run_commands([a for a in argvs if not _alone(a)])
-    for argv in filter(_alone, argvs):
-        results += _run_commands([argv])
+def command_results(tmp_path_factory, pytestconfig):
+    """Every planned command run once in the session: ``{command: (result, why it read only the
+    help)}``. Under pytest-xdist the first worker to ask runs them and writes the results to
+    a file the others wait for and read, so the commands never run several times at once."""
+    from filelock import FileLock
+
+    shared = _shared_folder(tmp_path_factory)
+    runs = planned_runs(str(shared / "bench-out"))
+    saved = shared / "docs-command-results.json"
+    with FileLock(str(saved) + ".lock"):
+        if saved.is_file():
+            results = json.loads(saved.read_text())
+        else:
+            argvs = list(dict.fromkeys(tuple(argv) for argv, _ in runs.values()))
+            deadline = time.monotonic() + _commands_budget(pytestconfig)
+            results = []
+            for group in [[a] for a in argvs if _alone(a)] + [[a for a in argvs if not _alone(a)]]:
+                results += _run_commands(group, max(1.0, deadline - time.monotonic()))
+            saved.write_text(json.dumps(results))
     by_argv = {tuple(r["argv"]): r for r in results}
     return {command: (by_argv[tuple(argv)], why) for command, (argv, why) in runs.items()}
 
@@ -646,12 +686,19 @@ def _says_no_gpu(result) -> bool:
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_command_runs(command, request):
-    if gpu_run(command):
-        pytest.skip("it times this GPU for minutes; a machine without a GPU runs it (to say that it needs one)")
+    gpu = doc_examples.gpu_run(command)
+    if gpu:
+        pytest.skip(f"{gpu}; a machine without a GPU runs it (to say that it needs one)")
+    missing = doc_examples.command_missing(command)
+    if missing:
+        pytest.skip(missing)
     result, why = request.getfixturevalue("command_results")[command]
     assert result["trace"] is None, f"{' '.join(result['argv'])}:\n{result['trace']}"
     assert result["code"] == 0 or _says_no_gpu(result), \
         f"{' '.join(result['argv'])} exited {result['code']}:\n{(result['err'] + result['out'])[-2000:]}"
+    if result["code"] != 0:  # it needs a GPU: where there is one it would time it, and this test may not
+        assert any(re.fullmatch(pattern, command) for pattern, _ in doc_examples.GPU_RUNS), \
+            f"{command} needs a GPU: doc_examples.GPU_RUNS must say why a GPU machine skips it"
     if why:
         named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", command))
         missing = [option for option in named if option not in result["out"]]

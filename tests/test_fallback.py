@@ -100,3 +100,19 @@ def test_backward_when_no_kernel_compiles(failing, monkeypatch):
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     assert through == [1]
+
+
+def test_a_triton_older_than_3_6_is_refused_naming_the_versions(monkeypatch):
+    """Triton 3.5 (torch 2.9's) fails to compile rlscan's kernels: the Triton path refuses it
+    before any launch, naming both versions, and the CPU path still runs."""
+    from rlscan import _backend
+
+    monkeypatch.setattr(_backend, "_triton_version", [((3, 5), "3.5.1")])
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
+    x = torch.randn(3, 8, device=path_for("triton").device)
+    with rlscan.use_backend("triton"), pytest.raises(RuntimeError, match=r"need Triton >= 3\.6 \(torch >= 2\.10\); "
+                                                                        r"Triton 3\.5\.1 is installed"):
+        rlscan.gae(x, x, bootstrap_value=x[:, 0], time_dim=1)
+    x = x.cpu()
+    with rlscan.use_backend("cpu"):
+        assert rlscan.gae(x, x, bootstrap_value=x[:, 0], time_dim=1).advantages.shape == (3, 8)

@@ -252,31 +252,50 @@ def test_replayed_backward_follows_the_gradients_layout(path, op):
 
 
 def _frames_to_kernel(call) -> int:
-    """How many rlscan frames are on the stack when ``call()`` enters its kernel: a CPU loop
-    (numba reports its compiled functions to a profiler as calls of their Python code) or
-    Triton's launcher."""
+    """How many rlscan frames are on the stack when ``call()`` enters its kernel: a CPU loop,
+    entered where Python calls a numba dispatcher (caught by wrapping the dispatchers'
+    ``__call__``: numba reports its compiled functions to ``sys.setprofile`` only up to Python
+    3.11), or Triton's launcher, Python code that a profiler sees. A loop that runs as Python
+    (no numba) is seen by the profiler too."""
     import os
     import sys
 
     package = os.path.dirname(rlscan.__file__)
-    stack, found = [], []
+    found = []
+
+    def rlscan_frames(frame) -> int:
+        n = 0
+        while frame is not None:
+            n += frame.f_code.co_filename.startswith(package)
+            frame = frame.f_back
+        return n
 
     def profile(frame, event, arg):
-        if event == "call":
+        if event == "call" and not found:
             code = frame.f_code
-            kernel = (code.co_filename.startswith(package) and code.co_name.endswith("_loop")) or \
-                f"{os.sep}triton{os.sep}" in code.co_filename
-            if kernel and not found:
-                found.append(sum(stack))
-            stack.append(code.co_filename.startswith(package))
-        elif event == "return" and stack:
-            stack.pop()
+            if (code.co_filename.startswith(package) and code.co_name.endswith("_loop")) or \
+                    f"{os.sep}triton{os.sep}" in code.co_filename:
+                found.append(rlscan_frames(frame.f_back))
 
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
+    with pytest.MonkeyPatch.context() as patch:
+        try:
+            from numba.core.registry import CPUDispatcher
+        except ImportError:  # the loops run as Python functions, which the profiler sees
+            pass
+        else:
+            native = CPUDispatcher.__call__
+
+            def entering(self, *args, **kwargs):
+                if not found:
+                    found.append(rlscan_frames(sys._getframe(1)))
+                return native(self, *args, **kwargs)
+
+            patch.setattr(CPUDispatcher, "__call__", entering)
+        sys.setprofile(profile)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
     assert found, "the call entered no kernel"
     return found[0]
 

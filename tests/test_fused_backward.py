@@ -31,7 +31,9 @@ def _gradients(problem, backend, output_grads=None):
         outs = problem.replace(**leaves).run()
         if output_grads is None:
             gen = torch.Generator().manual_seed(5)
-            output_grads = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
+            output_grads = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
+        # on the outputs' device, as autograd takes them (the draws are the CPU generator's)
+        output_grads = [None if g is None else g.to(o.device) for o, g in zip(outs, output_grads)]
         pairs = [(o, g) for o, g in zip(outs, output_grads) if g is not None]
         grads = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()), [g for _, g in pairs],
                                     allow_unused=True, materialize_grads=True)
@@ -97,7 +99,8 @@ def test_discounted_returns_without_bootstrap():
 
 @pytest.mark.parametrize("which", [0, 1])
 def test_gae_gradient_of_one_output(which):
-    """Only the advantages, or only the returns, carry a gradient."""
+    """Only the advantages, or only the returns, carry a gradient (on the Triton path's device:
+    the backward reads the missing output's gradient as zeros, and builds nothing for it)."""
     problem = _problem("gae", seed=9)
     gen = torch.Generator().manual_seed(1)
     grads = [torch.randn(problem.args[0].shape, generator=gen, dtype=torch.float64) for _ in range(2)]

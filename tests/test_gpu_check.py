@@ -74,7 +74,7 @@ def test_host_arguments_beside_the_devices_tensors(op):
 
 def test_the_plan_reaches_every_layout_and_flag_dtype():
     specs = gpu_check.plan_cases(small=False, everything=False)
-    assert {s[1] for s in specs} == {"TN", "NT", "BT1", "strided"}
+    assert {s[1] for s in specs} == {"TN", "NT", "BT1", "strided", "TN columns"}
     assert {s[5] for s in specs} == {"bool", "uint8", "float"}
     assert {s[4] for s in specs} == {"fp16", "bf16", "fp32", "fp64"}
     assert {(s[2], s[3]) for s in specs} == set(gpu_check.SHAPES) | {c[1:3] for c in gpu_check.CLASS_CHECKS}
@@ -87,3 +87,37 @@ def test_shapes_with_no_checks_or_misspelt_are_refused(shapes, capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["--small", "--shapes", shapes])
     assert "--shapes" in capsys.readouterr().err
+
+
+def test_the_checks_that_reach_a_settings_class_come_first():
+    """class_first: a reordering of the checks whose leading ones reach every class the checks'
+    launch plans reach (found without launching), each a class no earlier one reached."""
+    specs = [("gae", "TN", 3, 9, "fp32", "bool", "forward"), ("vtrace", "TN", 3, 9, "fp32", "bool", "forward"),
+             ("gae", "NT", 3, 9, "fp32", "bool", "forward"), ("gae", "TN", 3, 9, "fp32", "bool", "backward"),
+             ("gae", "TN columns", 1, 9, "fp32", "bool", "forward"), ("gae", "TN", 3, 4, "fp32", "float", "inputs")]
+    device = path_for("triton").device.type
+    with rlscan.use_backend("triton"):
+        reached = {spec: set(gpu_check.reached(spec, device)) for spec in specs}
+        order, covered, lead = gpu_check.class_first(specs, device)
+    assert sorted(order) == sorted(specs) and covered == set().union(*reached.values())
+    assert "one environment" in reached[specs[4]] and not reached[specs[5]]
+    seen = set()
+    for spec in order[:lead]:
+        assert reached[spec] - seen
+        seen |= reached[spec]
+    assert seen == covered
+
+
+def test_long_checks_take_the_cpu_paths_float64_truth(monkeypatch):
+    monkeypatch.setattr(gpu_check, "REFERENCE_MAX_T", 4)
+    device = path_for("triton").device
+    with rlscan.use_backend("triton"):
+        row = gpu_check.check(("gae", "NT", 2, 9, "fp32", "uint8", "forward"), device.type)
+    assert row["ok"] and row["truth"] == "cpu path (float64)", row
+
+
+def test_a_run_cut_by_its_budget_says_so_and_how_to_continue(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert gpu_check.main(["--small", "--order", "plan", "--start", "2", "--limit", "3", "--budget-s", "0"]) == 3
+    out = capsys.readouterr().out
+    assert "0 checks, 0 failed, 0 with a fallback, 3 not run (budget)" in out and "--start 2" in out

@@ -12,6 +12,7 @@ import pytest
 
 import rlscan
 from rlscan import _cache
+from rlscan._backend import interpreting
 from rlscan._triton.launch import CHAINED, choose_config, forced_config
 from rlscan_testing import KERNEL_CONFIGS, OP_NAMES, VALUE_OPS, assert_matches_reference, make_problem, path_for
 
@@ -252,12 +253,13 @@ def test_plan_takes_the_first_setting_whose_kernel_does_not_spill(triton_path, m
     monkeypatch.setattr(launch, "choose_configs", lambda *args, **kwargs: candidates)
     _cache.clear()
     with rlscan.use_backend("triton"):
-        problem.run()
-        (plan,) = launch.plans()
-        assert plan.unchecked is False and plan.cfg == candidates[0]  # the interpreter compiles nothing
-        plan.unchecked = True
         assert_matches_reference(problem)
-        assert compiled == [4, 2] and plan.cfg == candidates[1]
+        (plan,) = launch.plans()
+        if interpreting():  # the interpreter compiles nothing: its plans run their first setting unchecked
+            assert compiled == [] and plan.cfg == candidates[0]
+            plan.unchecked = True  # as a plan on a GPU starts
+            assert_matches_reference(problem)
+        assert compiled == [4, 2] and plan.cfg == candidates[1] and plan.unchecked is False
         plan.unchecked = True
         monkeypatch.setattr(chained_scan.chained_kernel, "warmup", lambda *a, **k: object(), raising=False)
         assert_matches_reference(problem)
@@ -340,3 +342,25 @@ def test_a_tile_that_holds_every_step_runs_without_the_loop(triton_path, config,
     with forced_config(**CONFIGS[config]):
         assert_matches_reference(_problem("gae", "time-last", triton_path.device, seed=4))
     assert [plan.constexprs["ONE_TILE"] for plan in launch.plans()] == [one_tile]
+
+
+@pytest.mark.parametrize("op, way", [("gae", None), ("retrace", None), ("vtrace", "gather"), ("vtrace", "exclusive"),
+                                     ("vtrace", "reload")])
+@pytest.mark.parametrize("config", ["scan-one-tile", "scan-tiles", "scan-chunks"])
+def test_flipped_tiles(triton_path, op, way, config, monkeypatch):
+    """A reverse scan kernel whose tiles run back in time along their first axis (``FLIP``,
+    where the table's ``flip_max_block_t`` holds the tile) gives the reference's results, on
+    one tile, over several (a partial one), in chunks, and whichever way its emit takes the
+    state carried in; the policy's value decides which tiles are flipped."""
+    from rlscan import _cache
+    from rlscan._triton import launch, policy
+
+    monkeypatch.setattr(_cache, "CACHE", _cache.SignatureCache())
+    monkeypatch.setattr(launch, "FORCE_STATE_IN", way)
+    problem = _problem(op, "time-last", triton_path.device, seed=5)
+    for limit, flipped in ((4096, True), (0, False)):
+        _cache.clear()
+        monkeypatch.setitem(policy.FORCED, "flip_max_block_t", limit)
+        with forced_config(**CONFIGS[config]):
+            assert_matches_reference(problem)
+        assert {plan.constexprs["FLIP"] for plan in launch.plans()} == {flipped}

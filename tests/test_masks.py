@@ -203,6 +203,40 @@ def test_one_pass_whitened(triton_path_only, lmbda, kernel, monkeypatch):
     torch.testing.assert_close(adv, two_scans, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("call", ["one pass", "dual-λ rows", "kept returns", "packed", "packed kept returns"])
+def test_whitening_in_a_fixed_order_under_deterministic_algorithms(triton_path_only, call, monkeypatch):
+    """Where a scan gathers the whitening's sums itself (float64 atomics, added in the order its
+    programs finish), under ``torch.use_deterministic_algorithms`` the whitening is
+    ``masked_whiten``'s instead, which adds them in a fixed order: bit for bit its result on
+    the call's unwhitened outputs."""
+    from rlscan.ops.discounted_returns.kept_returns import returns_and_advantages
+
+    monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ((64, 8, 1, 0),))  # rows that one program walks
+    monkeypatch.setitem(policy.FORCED, "gae_row_min_t", 2)
+    (r, v), kwargs = _problem("gae", device=triton_path_only)
+    r, mask = r * 4 + 20, kwargs["mask"]  # away from 0: the two ways of summing round differently
+    if call.startswith("packed"):
+        keep = mask.reshape(-1).bool()
+        r, v, mask = r.reshape(-1), v.reshape(-1), keep
+        kwargs = dict(cu_seqlens=torch.tensor([0, 11, 22, 33, 44, 55], device=r.device), mask=mask, gamma=0.9,
+                      lmbda=0.8)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        if call.endswith("kept returns"):
+            cu = {"cu_seqlens": kwargs["cu_seqlens"]} if call.startswith("packed") else {"time_dim": 1}
+            adv, ret = returns_and_advantages(r, mask, 0.9, **cu)
+            assert torch.equal(adv, rlscan.masked_whiten(ret, mask, zero_skipped=True))
+            return
+        more = {"value_lmbda": 1.0} if call == "dual-λ rows" else {}
+        plain = rlscan.gae(r, v, **kwargs, **more)
+        adv, ret = rlscan.gae(r, v, **kwargs, **more, whiten=True)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    assert torch.equal(ret, plain.returns)
+    assert torch.equal(adv, rlscan.masked_whiten(plain.advantages, mask))
+
+
 def test_one_pass_pairs_the_lanes_of_one_row_settings(triton_path_only, lanes, monkeypatch):
     """Where the table runs one row per program (``block_b = 1``), the one pass runs an
     environment's two lanes in one program (``block_b = 2``) instead of falling back."""
@@ -272,8 +306,12 @@ def test_row_kernel(triton_path_only, monkeypatch, T_rows, terminated, bootstrap
     got = _check("gae", args, kwargs)
     assert len(ran) == 1 and ran[0] is not None
     again = rlscan.gae(*args, **kwargs)  # a repeat call: the kept launcher where there is one
+    chained = next(lookback for most, _, _, lookback in ROWS_SMALL[rows][0] if T_rows <= most) > 0
     for a, b in zip(got, again):
-        assert torch.equal(a, b)
+        if chained:  # the look-back composes tiles in the order they finish (docs/semantics.md, "Numbers")
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        else:  # one program walks each row: the same bits
+            assert torch.equal(a, b)
 
 
 def test_row_kernel_only_where_it_applies(triton_path_only, monkeypatch):
@@ -297,7 +335,8 @@ def test_row_kernel_only_where_it_applies(triton_path_only, monkeypatch):
 
 def test_chained_rows_not_under_deterministic_algorithms(triton_path_only, monkeypatch):
     """The chained row kernel's look-back composes tiles in the order programs finish: under
-    ``torch.use_deterministic_algorithms`` the rows run as two lanes instead."""
+    ``torch.use_deterministic_algorithms`` the rows run as two lanes instead, and a repeat call
+    gives the same bits, whitened too."""
     from rlscan.ops.gae import one_pass
 
     monkeypatch.setitem(policy.FORCED, "gae_row_tiles", ((64, 8, 1, 1),))
@@ -310,10 +349,15 @@ def test_chained_rows_not_under_deterministic_algorithms(triton_path_only, monke
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        _check("gae", args, kwargs)
+        first = _check("gae", args, kwargs)
+        for a, b in zip(first, rlscan.gae(*args, **kwargs)):
+            assert torch.equal(a, b)
+        whitened = rlscan.gae(*args, **kwargs, whiten=True)
+        for a, b in zip(whitened, rlscan.gae(*args, **kwargs, whiten=True)):
+            assert torch.equal(a, b)
     finally:
         torch.use_deterministic_algorithms(deterministic)
-    assert ran == [True, False]
+    assert ran[:2] == [True, False] and not any(ran[2:])
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -388,9 +432,20 @@ def test_compiled(path, op):
     torch._dynamo.reset()
 
 
-def test_compiled_whitened(path):
+def test_compiled_whitened(path, monkeypatch):
     """GAE with whiten=True inside torch.compile: the masked ops' custom ops, then the whitening
-    as torch operations, with no graph break."""
+    as torch operations, with no graph break; also as a process's first masked GAE call, where
+    no eager call has imported what the masked spec names (a :class:`Ref` resolved inside the
+    traced region fails: dynamo cannot trace ``importlib``)."""
+    import dataclasses
+
+    from rlscan._spec import Ref
+    from rlscan.ops.gae.op import FROM_MASK
+
+    for spec in (FROM_MASK, FROM_MASK.op, FROM_MASK.first):
+        for f in dataclasses.fields(spec):
+            if isinstance(getattr(spec, f.name), Ref):
+                monkeypatch.setattr(getattr(spec, f.name), "_value", None)  # as before any eager call
     torch._dynamo.reset()
     args, kwargs = _problem("gae", device=path.device)
     compiled = torch.compile(lambda *a: rlscan.gae(*a, **kwargs, whiten=True), fullgraph=True, backend="eager")

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import rlscan
 from rlscan import _packed_cpu
 from rlscan.ops.discounted_returns import kept_returns
+from rlscan_testing import path_for
 
 GAMMA, LMBDA = 0.97, 0.9
 
@@ -441,9 +442,9 @@ def test_the_parallel_loop_gives_the_same_bits(monkeypatch):
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_public_calls_on_the_triton_path_match_the_cpu_path(exact):
-    """The public packed calls on the triton backend (rlscan._triton.packed) give the CPU
-    loops' results: close, and the same bits in exact mode; value_lmbda's returns are those
-    of a call with that λ."""
+    """The public packed calls on the triton backend (rlscan._triton.packed; on a GPU, CUDA
+    tensors) give the CPU loops' results: close, and the same bits in exact mode; value_lmbda's
+    returns are those of a call with that λ."""
     g = torch.Generator().manual_seed(3)
     cu = torch.tensor([0, 5, 5, 23, 24, 40], dtype=torch.int64)
     total, S = int(cu[-1]), cu.numel() - 1
@@ -452,19 +453,22 @@ def test_public_calls_on_the_triton_path_match_the_cpu_path(exact):
     term = torch.tensor([True, False, False, True, False])
     boot = torch.randn(S, generator=g)
     lmbda = torch.rand(total, generator=g)
-    calls = {
-        "gae": lambda: rlscan.gae(r, v, cu_seqlens=cu, mask=mask, terminated=term, bootstrap_value=boot, gamma=0.9,
-                                  lmbda=lmbda, value_lmbda=1.0, exact=exact),
-        "td_lambda": lambda: (rlscan.td_lambda(r, v, cu_seqlens=cu, mask=mask, terminated=term, bootstrap_value=boot,
-                                               gamma=0.9, lmbda=0.8, exact=exact),),
-        "discounted_returns": lambda: (rlscan.discounted_returns(r, cu_seqlens=cu, mask=mask, terminated=term,
-                                                                 bootstrap_value=boot, gamma=0.9, exact=exact),),
-    }
-    for name, call in calls.items():
+
+    def calls(device):
+        r_, v_, cu_, mask_, term_, boot_, lmbda_ = (x.to(device) for x in (r, v, cu, mask, term, boot, lmbda))
+        common = dict(cu_seqlens=cu_, mask=mask_, terminated=term_, bootstrap_value=boot_, gamma=0.9, exact=exact)
+        return {
+            "gae": lambda: rlscan.gae(r_, v_, **common, lmbda=lmbda_, value_lmbda=1.0),
+            "td_lambda": lambda: (rlscan.td_lambda(r_, v_, **common, lmbda=0.8),),
+            "discounted_returns": lambda: (rlscan.discounted_returns(r_, **common),),
+        }
+
+    on_cpu, on_triton = calls("cpu"), calls(path_for("triton").device)
+    for name in on_cpu:
         with rlscan.use_backend("cpu"):
-            want = call()
+            want = on_cpu[name]()
         with rlscan.use_backend("triton"):
-            got = call()
+            got = [o.cpu() for o in on_triton[name]()]
         for w, o in zip(want, got):
             if exact:
                 assert torch.equal(o, w), name
@@ -473,7 +477,7 @@ def test_public_calls_on_the_triton_path_match_the_cpu_path(exact):
     with rlscan.use_backend("cpu"):
         single = rlscan.gae(r, v, cu_seqlens=cu, mask=mask, terminated=term, bootstrap_value=boot, gamma=0.9,
                             lmbda=1.0)
-        dual = calls["gae"]()
+        dual = on_cpu["gae"]()
     assert torch.equal(dual.returns, single.returns)
 
 

@@ -80,6 +80,19 @@ def test_deterministic_calls_take_the_block_kernel_split_for_16_programs_per_sm(
     assert fields(wider, "n_chunks", "chunk_len") == (10, 52)
 
 
+def test_deterministic_calls_take_no_chained_kind_whatever_the_class_says():
+    """The H100's table lists chained tiles for [N, T] rows of 512 x 2048 under no condition on
+    determinism; under deterministic algorithms they are no candidates (their look-back composes
+    predecessors in the order they finish)."""
+    table = settings.load(settings.TABLES / "h100.json")
+
+    def kinds(deterministic):
+        return {c.kind for c in settings.configs_for(2048, 512, True, 132, True, deterministic, 6, True, table=table)}
+
+    assert kinds(False) & set(settings.CHAINED)
+    assert kinds(True) and not kinds(True) & set(settings.CHAINED)
+
+
 def test_conditions_relative_to_the_sm_count():
     for n_sm in (78, 108, 132):
         at = 3 * 128 * n_sm  # ceil(B / 128) >= 3 * n_sm: one step per thread, environments enough
@@ -153,6 +166,7 @@ def minimal_table(**setting):
     (lambda t: t["classes"][1].update(name="tiny"), "class 1 ('tiny')", "name"),
     (lambda t: t["classes"][0].update(shape={"N": 2, "T": 5}), "class 0 ('tiny')", "shape"),
     (lambda t: t["classes"][0]["settings"][1].update(when={"reverse": True}), "class 0 ('tiny')", "settings"),
+    (lambda t: t["classes"][0]["settings"][1].update(kind="chained_scan"), "class 0 ('tiny')", "settings"),
 ])
 def test_a_malformed_table_names_the_entry_and_the_field(change, where, field):
     settings.validate(minimal_table())
@@ -269,12 +283,26 @@ def test_a_bad_user_table_warns_once_and_the_shipped_one_is_used(no_user_tables,
         assert settings.active_table() is settings.shipped()
 
 
+def _this_machines_table() -> settings.Table:
+    """The table calls on this machine read (the shipped one for its GPU, without one the H200's)."""
+    from rlscan.bench.explain import sm_count
+
+    name = settings.current_device_name()
+    return settings.active_table(name, sm_count()[0] if name else None)
+
+
 def test_plan_explains_the_time_major_4096_by_2048_call(no_user_tables, capsys):
+    """Planned as on the H200 (``--gpu``), whose table's class and settings the test names; and
+    without ``--gpu``, from the table this machine's calls read."""
     from rlscan import cli
 
     assert cli.main(["plan", "gae", "--shape", "4096x2048", "--layout", "tn"]) == 0
     out = capsys.readouterr().out
-    assert str(settings.SHIPPED) in out and "shipped" in out
+    assert f"table: {_this_machines_table().path} (shipped" in out
+    assert "[T, N], 4096+ environments, 512+ steps" in out and "series=5" in out
+    assert cli.main(["plan", "gae", "--shape", "4096x2048", "--layout", "tn", "--gpu", settings.shipped().gpu]) == 0
+    out = capsys.readouterr().out
+    assert f"table: {settings.SHIPPED} (shipped" in out
     assert "[T, N], 4096+ environments, 512+ steps" in out and "series=5" in out and "132 SMs" in out
     first = next(line for line in out.splitlines() if line.strip().startswith("1."))
     assert "chained block_b=64 num_warps=1 steps=32 link=words (64 chunks of 32 steps" in first
@@ -423,21 +451,35 @@ def test_a_table_without_a_policy_takes_the_shipped_decisions_and_tests_force_on
 
 
 def test_plan_prints_the_policy_decisions_a_call_meets(no_user_tables, capsys):
+    """As on the H200 (``--gpu``), whose table's decisions the test spells out; and without
+    ``--gpu``, each decision with the value of the table this machine's calls read."""
     from rlscan import cli
+    from rlscan._triton import policy
+    from rlscan.bench.explain import _shown
 
-    assert cli.main(["plan", "gae", "--shape", "64x32768", "--layout", "nt"]) == 0
+    h200 = ["--gpu", settings.shipped().gpu]
+    assert cli.main(["plan", "gae", "--shape", "64x32768", "--layout", "nt", *h200]) == 0
     out = capsys.readouterr().out
     assert "gae_lambda_min = 0.5: with mask=" in out and "gae_row_min_t = 1024" in out
     assert "gae_row_tiles = [[1024, 1024, 4, 0], [4096, 2048, 4, 0], [null, 1024, 4, 1]]: 1024-step tiles on 4 " \
            "warps, 32 tiles per row chained by a look-back of 1 words" in out
-    assert cli.main(["plan", "vtrace", "--shape", "512x2048", "--layout", "nt"]) == 0
+    assert cli.main(["plan", "vtrace", "--shape", "512x2048", "--layout", "nt", *h200]) == 0
     out = capsys.readouterr().out
     assert ("state_in_steps_per_warp = 128: the state carried into each step (setting 1, 256 steps per warp: "
             "reload") in out
     assert "max_local_bytes = 256" in out and "a limit, not tuned" in out and "gae_" not in out
-    assert cli.main(["plan", "retrace", "--shape", "4096x128"]) == 0
+    assert cli.main(["plan", "retrace", "--shape", "4096x128", *h200]) == 0
     out = capsys.readouterr().out
     assert "retrace_table_elements = 2048" in out and "retrace_max_block_a = 64" in out
+
+    here = _this_machines_table()
+    for call, names in ((["gae", "--shape", "64x32768", "--layout", "nt"], ("gae_lambda_min", "gae_row_min_t")),
+                        (["vtrace", "--shape", "512x2048", "--layout", "nt"], ("max_local_bytes",)),
+                        (["retrace", "--shape", "4096x128"], ("retrace_table_elements", "retrace_max_block_a"))):
+        assert cli.main(["plan", *call]) == 0
+        out = capsys.readouterr().out
+        for name in names:
+            assert f"  {name} = {_shown(policy.value(name, here))}: " in out, name
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's tuning loop")

@@ -3,35 +3,49 @@ float64 references, with any launch setting that fell back reported as a failure
 
 What it checks: every public op at shapes that reach each branch of the launch heuristic,
 in ``[T, N]`` and ``[N, T]``; every layout (``[T, N]``, ``[N, T]``, ``[B, T, 1]``, strided
-rows) and flag dtype (bool, uint8, float) at a few hundred environments (whole rows, chained
+rows; one environment's column of a wider ``[T, N]`` buffer) and flag dtype (bool, uint8, float) at a few hundred environments (whole rows, chained
 windows) and where blocks are chained; fp16, bf16 and fp64 at two shapes; the fused backward
 kernels at every shape; calls under ``torch.use_deterministic_algorithms`` where it changes
 the layout; and every op's arguments passed as numpy arrays or CPU tensors beside CUDA
 tensors, which must be refused, naming the argument (rlscan never moves data between devices;
 on the CPU they run, as the tensors do).
-Forward results are compared with ``rlscan.reference`` (float64 loops), gradients with the
-CPU path's float64 gradients of the same op, as ``max|out - ref| <= tol * max(1, max|ref|)``.
+Forward results are compared with ``rlscan.reference`` (float64 loops; past 2M elements or
+16384 steps, whose loops take seconds to tens of seconds, with the CPU path's compiled loop on
+float64 inputs, itself tested against the references), gradients with the CPU path's float64
+gradients of the same op, as ``max|out - ref| <= tol * max(1, max|ref|)``.
 Every check makes its call twice, from empty plan and replay caches: the first call is
 checked and makes its launch plan, the second is replayed, and must give the first's bits
 (where a chained kernel ran, whose look-back may change the last bits between runs,
 docs/semantics.md, the check's tolerance). Each check notes the settings table's classes its
 plans matched; the summary names the active table's classes that no check reached.
 
-When to run it: before a release, and after any change to a kernel, the launch settings or
-the Triton/torch pin, on a CUDA GPU (it was written for an H200)::
+The order (``--order classes``, the default): before checking, each check's launch plans are
+made without launching anything (seconds for all of them), and the checks that reach a
+settings class no earlier check reaches run first, so that a run cut short by its budget has
+reached every class of the card's table the checks reach (all of them, with the shipped
+tables); the rest follow by breadth, one check of each (mode, op) in turn. ``--budget-s``
+(480 by default: one device call of 540 s with room to start and end) counts from the start
+and stops starting new checks past it; those left are reported as not run, with the
+``--start`` that continues them.
 
-    python tools/gpu_check.py                    # on a CUDA machine
+When to run it: before a release, and after any change to a kernel, the launch settings or
+the Triton/torch pin, on a CUDA GPU (it was written for an H200), as a device call of its own
+(``tools/gpu_record.py`` runs 40 of the checks)::
+
+    python tools/gpu_check.py --budget-s 480     # on a CUDA machine: every class first, then breadth
     python tools/gpu_check.py --start 248        # continue a run that stopped at its budget
     python tools/gpu_check.py --ops vtrace,gae   # the checks of some ops only
     python tools/gpu_check.py --shapes 512x2048  # the checks at some N x T only
     TRITON_INTERPRET=1 python tools/gpu_check.py --small   # the same checks, tiny shapes, on the CPU
 
-What it prints: a header (torch, Triton, GPU), then one line per check (ok/FAIL, op,
+What it prints: a header (torch, Triton, GPU) and how the checks were ordered, then one line
+per check (its number and the seconds since the start, ok/FAIL, op,
 mode, shape, layout, dtype, flag dtype, error, whether the repeat call gave the same bits,
 seconds, the launch setting that ran as ``tools/op_cases.setting_name`` writes it, and any
 fallback warning), then a table of checks, failures and fallbacks per shape, the settings
 classes reached, and a last line of totals. With ``$OUT`` set it
-writes every row to ``$OUT/gpu_check.json``. It exits 1 if any check failed or was not run.
+writes every row to ``$OUT/gpu_check.json``, after every check. It exits 1 if any check failed,
+3 if every check that ran passed but some were not run (the budget), else 0.
 retrace_from_q's chained and block kernels take minutes to compile, so that op runs at the
 shapes of those kernels only with ``--all``. ``--budget-s`` stops starting new checks after
 that many seconds (those left are reported as not run).
@@ -66,7 +80,8 @@ SLOW_TO_COMPILE = {"retrace_from_q": ((4096, 2048), (16384, 16), (16, 262144), (
 CLASS_CHECKS = (("TN", 1, 1000000, "deterministic"),  # one long sequence, not float32's layout
                 ("TN", 64, 4, "forward"),  # [T, N], under 8 steps, under 128 environments
                 ("TN", 65536, 32, "forward"),  # [T, N], environments enough for 3 programs per SM
-                ("TN", 1024, 512, "forward"))  # [T, N], 129-1023 steps
+                ("TN", 1024, 512, "forward"),  # [T, N], 129-1023 steps
+                ("TN columns", 1, 4096, "forward"))  # one environment, not contiguous in time
 TOL = {torch.float64: 1e-9, torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 #: what a check does: the op's outputs, its inputs' gradients, its outputs under
 #: ``torch.use_deterministic_algorithms``, or its arguments passed from the host
@@ -125,7 +140,7 @@ def plan_cases(small: bool, everything: bool) -> list:
 def _canonical(x: torch.Tensor, layout: str) -> torch.Tensor:
     """An output as float64 ``[N, T]`` on the CPU."""
     x = x.detach().to("cpu", torch.float64)
-    if layout == "TN":
+    if layout in ("TN", "TN columns"):
         return x.transpose(0, 1)
     if layout == "BT1":
         return x.squeeze(2)
@@ -138,6 +153,23 @@ def _error(out, ref) -> float:
     both_nan = torch.isnan(out) & torch.isnan(ref)
     diff = torch.where(both_nan, torch.zeros_like(ref), (out.to(torch.float64) - ref).abs())
     return float(torch.nan_to_num(diff, nan=float("inf")).max()) / scale
+
+
+#: past these the float64 reference loops take seconds (a long sequence's, tens), and the truth
+#: is rlscan's CPU path in float64 instead: compiled loops, tested against the references
+REFERENCE_MAX_ELEMENTS, REFERENCE_MAX_T = 2_000_000, 16384
+
+
+def forward_truth(case, N: int, T: int) -> tuple:
+    """``(the float64 outputs, which truth)``: ``rlscan.reference`` (float64 loops over time)
+    up to :data:`REFERENCE_MAX_ELEMENTS` elements and :data:`REFERENCE_MAX_T` steps, else
+    rlscan's CPU path on float64 CPU inputs (the loop one step at a time, compiled)."""
+    args = tuple(map(_on_cpu64, case.args))
+    kwargs = {k: _on_cpu64(v) for k, v in case.kwargs.items()}
+    if N * T <= REFERENCE_MAX_ELEMENTS and T <= REFERENCE_MAX_T:
+        return _tuple(case.reference(*args, **kwargs)), "reference"
+    with rlscan.use_backend("cpu"):
+        return _tuple(case.fn(*args, **kwargs)), "cpu path (float64)"
 
 
 def _on_cpu64(x):
@@ -203,6 +235,63 @@ def settings_classes(plans, device) -> list:
     return sorted(set(names))
 
 
+@contextlib.contextmanager
+def planning_only():
+    """Inside the block every launch plan is made but launches nothing: a call's settings
+    classes without compiling or running its kernels (its outputs are left unwritten)."""
+    real = L.LaunchPlan.__call__
+    L.LaunchPlan.__call__ = lambda plan, ins, outs, scalars: None
+    try:
+        yield
+    finally:
+        L.LaunchPlan.__call__ = real
+
+
+def reached(spec, device) -> list:
+    """The settings classes a check's calls match (:func:`settings_classes`), found by making
+    their launch plans only (:func:`planning_only`); none for the host-argument checks, or
+    where planning fails (the check itself then says why)."""
+    op, layout, N, T, dtype, flag, mode = spec
+    if mode == "inputs":
+        return []
+    try:
+        case = make_case(op, layout, N, T, DTYPES[dtype], flag, device=device, random=False)
+        _cache.clear()
+        with planning_only(), L.recording_plans() as plans, deterministic(mode == "deterministic"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if mode == "backward":
+                backward(case, None)
+            else:
+                case()
+            return settings_classes(plans, device)
+    except Exception:  # noqa: BLE001 - ordering only; the check reports the failure
+        return []
+    finally:
+        _cache.clear()
+
+
+def class_first(specs, device) -> tuple:
+    """``(specs reordered, the classes they reach, how many lead)``: first, in plan order, each check that reaches
+    a settings class no earlier one reaches (so a run cut short by its budget has still
+    reached every class the plan reaches); then the rest by breadth, one check of each
+    (mode, op) in turn."""
+    first, rest, covered = [], [], set()
+    for spec in specs:
+        new = set(reached(spec, device)) - covered
+        (first if new else rest).append(spec)
+        covered |= new
+    groups: dict = {}
+    for spec in rest:
+        groups.setdefault((spec[6], spec[0]), []).append(spec)
+    breadth = []
+    while any(groups.values()):
+        for queue in groups.values():
+            if queue:
+                breadth.append(queue.pop(0))
+    return first + breadth, covered, len(first)
+
+
 def check(spec, device) -> dict:
     op, layout, N, T, dtype, flag, mode = spec
     if mode not in MODES:
@@ -230,7 +319,7 @@ def check(spec, device) -> dict:
             tol = TOL[torch.float64 if DTYPES[dtype] == torch.float64 else torch.float32]
         else:
             outs, again = _tuple(case()), _tuple(case())
-            refs = _tuple(case.reference(*map(_on_cpu64, case.args), **{k: _on_cpu64(v) for k, v in case.kwargs.items()}))
+            refs, row["truth"] = forward_truth(case, N, T)
             pairs = [(_canonical(o, layout), _canonical(r, layout)) for o, r in zip(outs, refs)]
             repeats = [(a.detach().cpu(), b.detach().cpu()) for a, b in zip(outs, again)]
             tol = TOL[DTYPES[dtype]]
@@ -303,14 +392,19 @@ def check_inputs(spec, device) -> dict:
 
 
 def main(argv=None) -> int:
+    started = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="tiny shapes (for the CPU, under TRITON_INTERPRET=1)")
     parser.add_argument("--all", action="store_true", help="also the calls whose kernels take minutes to compile")
-    parser.add_argument("--budget-s", type=float, default=230.0)
-    parser.add_argument("--limit", type=int, default=0, help="run only the first N checks")
+    parser.add_argument("--budget-s", type=float, default=480.0,
+                        help="seconds from the start (ordering included) after which no check starts (default 480)")
+    parser.add_argument("--limit", type=int, default=0, help="run only the first N checks (after the ordering)")
     parser.add_argument("--start", type=int, default=0, help="skip the first N checks (a run continued)")
     parser.add_argument("--ops", help="comma-separated op names: only their checks (before --start and --limit)")
     parser.add_argument("--shapes", help="comma-separated N x T, as 512x2048: only the checks at those shapes")
+    parser.add_argument("--order", choices=("classes", "plan"), default="classes",
+                        help="classes (default): the checks that reach a settings class first, then one of each "
+                             "(mode, op) in turn; plan: as plan_cases lists them")
     opts = parser.parse_args(argv)
     specs = plan_cases(opts.small, opts.all)
     if opts.ops:
@@ -334,19 +428,35 @@ def main(argv=None) -> int:
             parser.error("no GPU: run with TRITON_INTERPRET=1 (and --small)")
         device = "cpu"
         rlscan.set_backend("triton")
-    specs = specs[opts.start:]
-    if opts.limit:
-        specs = specs[:opts.limit]
     import triton
 
     header = dict(torch=torch.__version__, triton=triton.__version__,
                   gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter)")
     print(header, flush=True)
-    rows, skipped, start = [], [], time.perf_counter()
-    for spec in specs:
-        if time.perf_counter() - start > opts.budget_s:
-            skipped.append(spec)
-            continue
+    if opts.order == "classes":
+        specs, planned, leading = class_first(specs, device)
+        print(f"ordered {len(specs)} checks in {time.perf_counter() - started:.0f} s: the first {leading} reach the "
+              f"{len(planned)} settings classes that their launch plans match", flush=True)
+    first = opts.start
+    specs = specs[opts.start:]
+    if opts.limit:
+        specs = specs[:opts.limit]
+    table = L._table(torch.device("cuda", torch.cuda.current_device())) if device == "cuda" else S.shipped()
+    rows, skipped = [], []
+
+    def write():
+        if os.environ.get("OUT"):
+            reached_now = {name for r in rows for name in r["classes"]}
+            os.makedirs(os.environ["OUT"], exist_ok=True)
+            with open(os.path.join(os.environ["OUT"], "gpu_check.json"), "w") as f:
+                json.dump(dict(header, rows=rows, not_run=[list(s) for s in skipped], first=first,
+                               classes_not_reached=[c.name for c in table.classes if c.name not in reached_now]),
+                          f, indent=1)
+
+    for i, spec in enumerate(specs):
+        if time.perf_counter() - started > opts.budget_s:
+            skipped = list(specs[i:])
+            break
         t0 = time.perf_counter()
         try:
             row = check(spec, device)
@@ -357,31 +467,30 @@ def main(argv=None) -> int:
                        exception=f"{type(exc).__name__}: {str(exc)[:300]}")
         row["seconds"] = round(time.perf_counter() - t0, 3)
         rows.append(row)
+        write()  # after every check: a run stopped from outside keeps its rows
         err = "-" if row["error"] is None else f"{row['error']:.1e}"
-        print(f"{'ok  ' if row['ok'] else 'FAIL'} {row['op']:<20} {row['direction']:<13} {row['shape']:>12} "
+        print(f"[{first + i + 1}/{first + len(specs)} {time.perf_counter() - started:4.0f} s] "
+              f"{'ok  ' if row['ok'] else 'FAIL'} {row['op']:<20} {row['direction']:<13} {row['shape']:>12} "
               f"{row['layout']:<7} {row['dtype']} {row['flag']:<5} err {err:>7} repeat {row['repeat']:<5} "
               f"{row['seconds']:6.2f} s "
               f"{'; '.join(row['setting'])}{' ' + row.get('exception', '') if 'exception' in row else ''}"
               f"{' FALLBACK ' + row['fallbacks'][0] if row['fallbacks'] else ''}", flush=True)
+    write()
     failed = [r for r in rows if not r["ok"]]
     print(f"\n{'shape':>12} {'checks':>7} {'failed':>7} {'fallbacks':>10}")
     for shape in dict.fromkeys(r["shape"] for r in rows):
         these = [r for r in rows if r["shape"] == shape]
         print(f"{shape:>12} {len(these):>7} {sum(not r['ok'] for r in these):>7} "
               f"{sum(bool(r['fallbacks']) for r in these):>10}")
-    table = L._table(torch.device("cuda", torch.cuda.current_device())) if device == "cuda" else S.shipped()
-    reached = {name for r in rows for name in r["classes"]}
-    unreached = [c.name for c in table.classes if c.name not in reached]
+    reached_now = {name for r in rows for name in r["classes"]}
+    unreached = [c.name for c in table.classes if c.name not in reached_now]
     print(f"\nsettings classes of {os.path.basename(table.path)} reached, each with a repeat call: "
           f"{len(table.classes) - len(unreached)} of {len(table.classes)}"
           + "".join(f"\n  not reached: {name}" for name in unreached))
     print(f"{len(rows)} checks, {len(failed)} failed, {sum(bool(r['fallbacks']) for r in rows)} with a fallback, "
-          f"{len(skipped)} not run (budget), {time.perf_counter() - start:.0f} s")
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "gpu_check.json"), "w") as f:
-            json.dump(dict(header, rows=rows, not_run=[list(s) for s in skipped], classes_not_reached=unreached), f,
-                      indent=1)
-    return 1 if failed or skipped else 0
+          f"{len(skipped)} not run (budget), {time.perf_counter() - started:.0f} s"
+          + (f"; continue with --start {first + len(rows)} (same options)" if skipped else ""))
+    return 1 if failed else 3 if skipped else 0
 
 
 if __name__ == "__main__":

@@ -22,9 +22,13 @@ the CleanRL adapter::
 
     python tools/leanrl_timing.py                       # 4096x128, 64x256, 1x512
     python tools/leanrl_timing.py --shapes 64x256 --impls rlscan,twin   # skip the loop's 30 s compiles
+    python tools/leanrl_timing.py --budget-s 100        # what fits in 100 s (tools/gpu_record.py)
 
 It prints one block per shape and a table last, and writes ``$OUT/leanrl.json``
-(``./bench-out/`` without ``$OUT``). Exit status 1 when a result is wrong.
+(``./bench-out/`` without ``$OUT``) after every shape. ``--budget-s``: no function is compiled
+once that many seconds have passed, nor the loop (whose compile alone takes 26-39 s when
+Triton's and Inductor's caches are cold) with less than ``LOOP_COMPILE_S`` left; the shapes and
+functions left out are listed in the JSON. Exit status 1 when a result is wrong.
 """
 from __future__ import annotations
 
@@ -40,6 +44,10 @@ from rlscan.bench import host, timing
 
 SHAPES = ((4096, 128), (64, 256), (1, 512))  # (N, T): LeanRL's PPO on Atari/MuJoCo-sized rollouts
 IMPLS = {"rlscan": host._leanrl_rlscan, "loop": host._leanrl_loop, "twin": None}
+#: seconds the loop's compile and capture may take with cold caches (26-39 s measured on an H100)
+LOOP_COMPILE_S = 45.0
+#: seconds any other function's compile, capture and timing may take
+OTHER_S = 12.0
 
 
 def _shape(text: str) -> tuple:
@@ -59,7 +67,7 @@ def _kernels(fn) -> tuple:
     return len(kernels), sum(e.device_time for e in kernels), sorted({e.name[:60] for e in kernels})[:8]
 
 
-def run_shape(N: int, T: int, impls: list, repeat: int) -> dict:
+def run_shape(N: int, T: int, impls: list, repeat: int, deadline: float = float("inf")) -> dict:
     from tensordict.nn import CudaGraphModule
 
     dev = torch.device("cuda")
@@ -72,6 +80,11 @@ def run_shape(N: int, T: int, impls: list, repeat: int) -> dict:
     for name in impls:
         fn, fn_args = (IMPLS[name], args) if IMPLS[name] else (host._torch_twin, (r, v, dones, next_value))
         row = out[name] = {}
+        need = LOOP_COMPILE_S if name == "loop" else OTHER_S
+        if deadline - time.monotonic() < need:
+            row["status"] = f"not run: under {need:.0f} s of the budget left"
+            print(f"  {name}: {row['status']}", flush=True)
+            continue
         start = time.perf_counter()
         try:
             compiled = torch.compile(fn, fullgraph=True)
@@ -113,7 +126,11 @@ def main(argv=None) -> int:
                     help="comma-separated NxT (default 4096x128,64x256,1x512)")
     ap.add_argument("--impls", default="rlscan,loop,twin", help="comma-separated among rlscan, loop, twin")
     ap.add_argument("--repeat", type=int, default=9, help="rounds of the wrapped calls; the best counts")
+    ap.add_argument("--budget-s", type=float, default=float("inf"),
+                    help="seconds from the start; functions whose compile would not fit are left out")
     args = ap.parse_args(argv)
+    started = time.monotonic()
+    deadline = started + args.budget_s
     if not torch.cuda.is_available():
         print("tools/leanrl_timing.py needs a CUDA GPU: it times CUDA graphs", file=sys.stderr)
         return 2
@@ -127,15 +144,23 @@ def main(argv=None) -> int:
     unknown = set(impls) - set(IMPLS)
     if unknown:
         ap.error(f"--impls: unknown {sorted(unknown)}; choose among {sorted(IMPLS)}")
-    rows = []
+    rows, not_run = [], []
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    for N, T in args.shapes:
-        print(f"# {N} x {T}", flush=True)
-        rows.append(run_shape(N, T, impls, args.repeat))
     out = os.environ.get("OUT", "bench-out")
     os.makedirs(out, exist_ok=True)
+    for N, T in args.shapes:
+        if deadline - time.monotonic() < OTHER_S:
+            not_run.append([N, T])
+            print(f"# {N} x {T}: not run (budget)", flush=True)
+            continue
+        print(f"# {N} x {T} ({time.monotonic() - started:.0f} s in)", flush=True)
+        rows.append(run_shape(N, T, impls, args.repeat, deadline))
+        with open(os.path.join(out, "leanrl.json"), "w") as f:  # after every shape: a run stopped keeps them
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows,
+                           not_run=not_run), f, indent=1)
     with open(os.path.join(out, "leanrl.json"), "w") as f:
-        json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+        json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows, not_run=not_run), f,
+                  indent=1)
     print("\n| N × T | " + " | ".join(f"{i} wrapped µs (graph µs, kernels)" for i in impls) + " | rlscan / loop |")
     print("|---" * (len(impls) + 2) + "|")
     for row in rows:

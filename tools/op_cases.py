@@ -6,8 +6,10 @@ them against the float64 references. It is a module, not a command: nothing to r
 own. A case is ``(op, layout, N, T)`` plus the dtypes:
 
 * ``layout``: ``"TN"`` (``[T, N]``, SB3's rollout buffer), ``"NT"`` (``[N, T]``,
-  ``time_dim=1``), ``"BT1"`` (TorchRL's ``[B, T, 1]``, ``time_dim=-2``) or ``"strided"``
-  (``[N, T]`` rows of a ``[N, T + 3]`` buffer: rows that are not 16-byte aligned);
+  ``time_dim=1``), ``"BT1"`` (TorchRL's ``[B, T, 1]``, ``time_dim=-2``), ``"strided"``
+  (``[N, T]`` rows of a ``[N, T + 3]`` buffer: rows that are not 16-byte aligned) or
+  ``"TN columns"`` (``[T, N]`` columns of a ``[T, N + 3]`` buffer: with one environment, a
+  sequence that is not contiguous in time);
 * ``dtype``: the floating inputs' dtype; ``flag``: ``"bool"``, ``"uint8"`` or ``"float"``
   (0/1 in ``dtype``).
 """
@@ -19,7 +21,7 @@ import torch
 
 from rlscan.ops import REGISTRY
 
-LAYOUTS = ("TN", "NT", "BT1", "strided")
+LAYOUTS = ("TN", "NT", "BT1", "strided", "TN columns")
 FLAGS = {"bool": torch.bool, "uint8": torch.uint8, "float": None}
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
 ACTIONS = 3
@@ -71,7 +73,7 @@ class _Maker:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         self.layout, self.N, self.T, self.dtype, self.device, self.random = layout, N, T, dtype, device, random
         self.gen = torch.Generator().manual_seed(seed)
-        self.time_dim = {"TN": 0, "NT": 1, "BT1": -2, "strided": 1}[layout]
+        self.time_dim = {"TN": 0, "NT": 1, "BT1": -2, "strided": 1, "TN columns": 0}[layout]
 
     def _full(self, extra=(), dtype=None):
         """An uninitialised tensor of the layout (plus trailing ``extra`` axes)."""
@@ -83,6 +85,8 @@ class _Maker:
             return torch.empty((N, T) + extra, **kw)
         if self.layout == "BT1":
             return torch.empty((N, T, 1) + extra, **kw)
+        if self.layout == "TN columns":
+            return torch.empty((T, N + 3) + extra, **kw)[:, :N]
         return torch.empty((N, T + 3) + extra, **kw)[:, :T]
 
     def _fill(self, x, draw):
@@ -121,7 +125,8 @@ class _Maker:
 
     def coef(self):
         """A per-step coefficient in [0.8, 1] broadcast over environments (one value per step)."""
-        shape = {"TN": (self.T, 1), "NT": (1, self.T), "BT1": (1, self.T, 1), "strided": (1, self.T)}[self.layout]
+        shape = {"TN": (self.T, 1), "NT": (1, self.T), "BT1": (1, self.T, 1), "strided": (1, self.T),
+                 "TN columns": (self.T, 1)}[self.layout]
         x = torch.empty(shape, dtype=self.dtype, device=self.device)
         if self.random:
             x.copy_(0.8 + 0.2 * torch.rand(shape, generator=self.gen))

@@ -14,10 +14,12 @@ is the bytes each call must move over ``Tensor.copy_``'s rate (``rlscan.bench.fl
 The machine's other work moves every figure: compare ratios from one run.
 
 :func:`experience_maker` imports OpenRLHF's class where its CUDA-only imports (flash-attn,
-DeepSpeed, vLLM) are not installed; ``integration_tests/test_openrlhf.py`` uses it too.
+DeepSpeed, vLLM) are not installed; ``integration_tests/test_openrlhf.py`` uses it too, and
+``integration_tests/openrlhf_plugin.py`` uses :func:`cuda_stand_ins` to run OpenRLHF's own tests.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -65,19 +67,27 @@ class _CudaOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def experience_maker():
-    """OpenRLHF's ``RemoteExperienceMaker`` class from the installed wheel. Its module imports
-    flash-attn, DeepSpeed and vLLM, which ship CUDA builds only and which neither loop calls:
-    where they are missing, the import meets an empty module of that name."""
+@contextlib.contextmanager
+def cuda_stand_ins():
+    """Within it, importing flash-attn, DeepSpeed or vLLM, where they are not installed, gives an
+    empty module of that name (modules imported meanwhile keep theirs)."""
     missing = [name for name in CUDA_ONLY if importlib.util.find_spec(name) is None]
     finder = _CudaOnly() if missing else None
     if finder is not None:
         sys.meta_path.insert(0, finder)
     try:
-        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+        yield
     finally:
         if finder is not None:
             sys.meta_path.remove(finder)
+
+
+def experience_maker():
+    """OpenRLHF's ``RemoteExperienceMaker`` class from the installed wheel. Its module imports
+    flash-attn, DeepSpeed and vLLM, which ship CUDA builds only and which neither loop calls:
+    where they are missing, the import meets an empty module of that name."""
+    with cuda_stand_ins():
+        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
     return RemoteExperienceMaker
 
 

@@ -1,21 +1,42 @@
-"""rlscan against the seed library's design, by device time on a GPU.
+"""rlscan against rl-triton, the seed's library, and rlscan's launch settings side by side, by
+device time on a GPU.
 
-What it measures: each op beside the whole-row stand-in (``rlscan.bench.whole_row``: one
-program per row, the seed library's layout), plain Retrace beside Retrace from the action
-tables (the kernel the tables are added to), and launch settings side by side, as device
-time per call (a CUDA-graph replay of up to 20 calls, median of 10; ``rlscan.bench.timing``)
-and, for the table of record, the full call; backward variants (``state_in``) by the device
-time of the backward call's kernels (``torch.profiler``, mean of 10). The inputs: float32,
-terminations at 1% of steps as float flags, a bootstrap value, γ 0.99, λ 0.95. Every variant
-is checked against a float64 truth (``rlscan.reference``, or rlscan's exact kernel in float64
-past 2M elements; gradients against the CPU path's in float64) before it is timed; a wrong
-variant is timed as NaN.
+What it measures: the ``seed`` groups time rl-triton v0.1.3 itself (``import rl_triton``)
+beside rlscan on the same tensors in one process: for each of rl-triton's ops
+(``compute_gae``, ``compute_vtrace`` and ``compute_vtrace_fused``, ``compute_retrace`` and
+``compute_retrace_fused``, ``compute_discounted_returns`` with and without a bootstrap,
+``compute_lambda_returns``, ``compute_eligibility_traces``, ``compute_episodic_prefix_sum``),
+inputs in rl-triton's form (``[N, T]`` float32, float 0/1 flags at 1% of steps), rlscan's call
+mapped from the same arguments with the same semantics (``tools/seed_ops.py``, argument by
+argument; where the mapping runs arithmetic, such as V-trace's log-ratio, it runs inside the
+timed call, and rlscan's own form of the problem is timed beside it). Before timing, every
+call's outputs are checked against the float64 truth of the mapped call (``rlscan.reference``,
+or rlscan's exact path in float64 past 2M elements): a wrong call (or a wrong mapping) is
+reported and timed as NaN. rl-triton's fastest function is the yardstick; a cell is won where
+rlscan's device time is at most 1.0x it. The other groups time rlscan alone: Retrace from the
+action tables beside plain Retrace plus one read of the tables (``retrace_tables``), and launch
+settings side by side (the rest), the table of record also by full call; backward variants
+(``state_in``) by the device time of the backward call's kernels (``torch.profiler``, mean of
+10). Their inputs: float32, terminations at 1% of steps as float flags, a bootstrap value, γ
+0.99, λ 0.95, each variant checked against a float64 truth before it is timed. Device time is
+a CUDA-graph replay of up to 20 calls, median of 10 (``rlscan.bench.timing``).
 
-When to run it: on a CUDA GPU, after changing a kernel or a launch setting, to see whether
-rlscan still beats the seed library's design at the shapes of the benchmarks page::
+rl-triton is a yardstick, never a dependency: install it beside rlscan (``pip install --no-deps
+/work/shared/rl-triton-0.1.3``). On a device machine the checkout travels without
+``../shared``: copy the folder into the git-ignored ``.device/`` first (``cp -r
+/work/shared/rl-triton-0.1.3 .device/rl-triton``), carry ``.device/rl-triton`` with the call,
+and there run ``python -m pip install --no-deps --no-build-isolation ./.device/rl-triton``
+(or, where pip cannot build it, put ``.device/rl-triton/src`` on ``PYTHONPATH``: it is pure
+Python). Without it the ``seed`` groups print that rl-triton is not installed, the other
+groups run, and the exit status is 3.
 
+When to run it: on a CUDA GPU, after changing a kernel or a launch setting::
+
+    python tools/seed_compare.py seed                    # rl-triton itself at the [N, T] cells of record
+    python tools/seed_compare.py seed seed_tn retrace_tables --budget 150   # what tools/gpu_record.py runs
+    python tools/seed_compare.py seed_truncated          # rl-triton's truncation forms
     python tools/seed_compare.py quick                   # a few shapes of Retrace from the tables and whole-row tiles
-    python tools/seed_compare.py record --budget 120     # the table of record: every op at every shape
+    python tools/seed_compare.py record --budget 120     # rlscan's table of record: every op at every shape
     python tools/seed_compare.py rows --budget 300       # [N, T] row tiles against the heuristic
     python tools/seed_compare.py mid_tn                  # [T, N] with 64-1000 environments: windows, blocks, tiles
     python tools/seed_compare.py mid_tn_backward         # their fused backward kernels
@@ -26,10 +47,14 @@ rlscan still beats the seed library's design at the shapes of the benchmarks pag
     python tools/seed_compare.py state_in                # how tiles take the state carried in, forward and backward
     python tools/seed_compare.py long_rows               # [N, T] rows of 4096+ steps: tiles chained, or split
 
-What it prints: the copy bandwidth, then per shape its bandwidth floor and one line per
-variant (device µs, × floor, full-call µs, error, the settings the heuristic ran), then a
-summary of the five fastest variants per shape. It writes every row to ``$OUT/seed.json``
-(``./bench-out/seed.json`` without ``$OUT``). ``--budget`` seconds: shapes past it are skipped.
+What it prints: the copy bandwidth; per rl-triton cell one line (rlscan µs, rl-triton µs and
+which function, the ratio and whether it is won, rlscan's own form, each call's error and
+rl-triton's against rlscan's), and a table of those cells last with the count of ``[N, T]``
+cells won; per shape of the other groups its bandwidth floor and one line per variant
+(device µs, × floor, full-call µs, error, the settings the heuristic ran), then a summary of
+the five fastest variants per shape. It writes every row to ``$OUT/seed.json``
+(``./bench-out/seed.json`` without ``$OUT``) after every cell. ``--budget`` seconds: no cell
+starts past it.
 """
 from __future__ import annotations
 
@@ -40,6 +65,7 @@ import math
 import os
 import sys
 import time
+from functools import partial
 
 import torch
 import triton
@@ -50,6 +76,9 @@ from rlscan.ops import REGISTRY
 from rlscan import reference
 from rlscan._triton import launch as L
 from rlscan.bench import floors, timing, whole_row
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import seed_ops  # noqa: E402
 
 DEV = torch.device("cuda")
 SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048), (16, 262144), (1, 1_000_000))
@@ -229,7 +258,7 @@ def run_backward_variants(group, op, N, T, layout, variants, A=4):
         emit(group, shape, label, dev_us, floor_us, err, None, ran)
 
 
-def run_variants(group, op, N, T, layout, variants, A=4, full=False, stand_in=False, backward=False):
+def run_variants(group, op, N, T, layout, variants, A=4, full=False, backward=False):
     """Each variant: ``label -> forced settings`` (see :func:`variant`); with ``backward``,
     :func:`run_backward_variants`."""
     if time.monotonic() > DEADLINE[0]:
@@ -265,12 +294,6 @@ def run_variants(group, op, N, T, layout, variants, A=4, full=False, stand_in=Fa
         tables_us = 2 * args[1].numel() * 4 / BW[0] * 1e6
         emit(group, shape, f"plain retrace (+tables {tables_us:.1f})", dev_us, floor_us, err, full_us)
         ROWS[-1]["tables_us"] = tables_us
-    if stand_in and op in ("gae", "discounted_returns") and layout == "nt" and T <= whole_row.MAX_T:
-        r = args[0]
-        v = args[1] if op == "gae" else None
-        s_fn = lambda: whole_row.run(op, r, kwargs["terminated"], kwargs["bootstrap_value"], v, 0.99, 0.95)  # noqa
-        dev_us, full_us, err = time_variant(s_fn, want, full)
-        emit(group, shape, "whole-row stand-in", dev_us, floor_us, err, full_us)
 
 
 BW = [0.0]
@@ -283,8 +306,7 @@ def _row_tile(T, warps=None, block_b=1):
 
 
 HEURISTIC = {"heuristic": None}
-STAND_INS = ("gae", "discounted_returns")  # the ops rlscan.bench.whole_row writes out
-SEED_ROW = "seed's design (row tile)"
+ROW_TILE = "whole-row tile"  # rlscan's kernel with one row per program (no longer a target: rl-triton is)
 ROW_1024 = dict(kind="scan", block_b=1, block_t=1024, num_warps=8, n_chunks=1)
 OLD_MID = dict(kind="scan", block_b=4, block_t=256, num_warps=4, n_chunks=4)  # the earlier setting at 512 x 2048
 
@@ -297,7 +319,7 @@ def group_quick():
              for N, T in ((4096, 128), (512, 2048), (4096, 2048))]
     tasks.append(("quick", "retrace_from_q", 4096, 2048, "nt", HEURISTIC, 18, False, False))
     v = dict(row(2048), **{"b1 x1024 w8": ROW_1024})
-    tasks.append(("quick", "gae", 512, 2048, "nt", v, 4, False, True))
+    tasks.append(("quick", "gae", 512, 2048, "nt", v, 4, False))
     tasks.append(("quick", "vtrace", 4096, 2048, "nt", v, 4, False, False))
     tasks.append(("quick", "vtrace", 4096, 128, "nt", dict(row(128), **{"b2 row w4": _row_tile(128, 4, 2)}),
                   4, False, False))
@@ -306,8 +328,8 @@ def group_quick():
 
 
 def group_record():
-    """The table of record: every op at the benchmark shapes, [N, T] (with the whole-row
-    stand-in and full calls; the earlier setting beside the heuristic at 512 x 2048), then
+    """rlscan's table of record: every op at the benchmark shapes, [N, T] (with whole-row
+    tiles and full calls; the earlier setting beside the heuristic at 512 x 2048), then
     [T, N] (one-pass chained settings beside it for GAE and V-trace at 512 x 2048), then
     Retrace from the tables with 18 actions."""
     tasks = []
@@ -315,9 +337,9 @@ def group_record():
     for (N, T) in nt:
         for op in OPS:
             v = dict(HEURISTIC, **({"before (b4 t256 c4)": OLD_MID} if (N, T) == (512, 2048) else {}))
-            if op not in STAND_INS + ("retrace_from_q",):  # its target: plain Retrace + the tables read
-                v[SEED_ROW] = _row_tile(T)  # the seed's design through rlscan's kernel: a row per program
-            tasks.append(("record", op, N, T, "nt", v, 4, True, True))
+            if op != "retrace_from_q":  # its target: plain Retrace + the tables read
+                v[ROW_TILE] = _row_tile(T)  # one whole row per program, through rlscan's kernel
+            tasks.append(("record", op, N, T, "nt", v, 4, True))
     for (N, T) in ((512, 2048), (4096, 2048), (1024, 2048), (4096, 128)):
         for op in OPS:
             v = dict(HEURISTIC)
@@ -329,7 +351,7 @@ def group_record():
         tasks.append(("record", "retrace_from_q", N, T, "nt", HEURISTIC, 18, False, False))
     for (N, T) in SHAPES[4:]:
         for op in OPS:
-            tasks.append(("record", op, N, T, "nt", HEURISTIC, 4, True, True))
+            tasks.append(("record", op, N, T, "nt", HEURISTIC, 4, True))
     return tasks
 
 
@@ -340,7 +362,7 @@ def _tiles(block_b, block_t, warps):
 def group_rows():
     """Row tiles for ``[N, T]``: the heuristic beside one row per program (whole or in
     1024-step tiles, 8-32 warps), two rows, and 4-row tiles of 256 steps, for the light and
-    heavy ops at the shapes where the seed's design is the bar."""
+    heavy ops at the shapes where rl-triton's design (a whole row per program) is the bar."""
     long_rows = {"heuristic": None, "b1 t2048 w16": _tiles(1, 2048, 16), "b1 t2048 w32": _tiles(1, 2048, 32),
                  "b1 t2048 w8": _tiles(1, 2048, 8),
                  "b1 t1024 w8": _tiles(1, 1024, 8), "b1 t1024 w16": _tiles(1, 1024, 16),
@@ -350,7 +372,7 @@ def group_rows():
     tasks = []
     for N, T, variants in ((512, 2048, long_rows), (4096, 2048, long_rows), (4096, 128, short_rows)):
         for op in ("gae", "discounted_returns", "vtrace", "episodic_cumsum", "retrace_from_q"):
-            tasks.append(("rows", op, N, T, "nt", variants, 4, False, True))
+            tasks.append(("rows", op, N, T, "nt", variants, 4, False))
     return tasks
 
 
@@ -408,7 +430,7 @@ def group_mid_tn_backward():
     for N, T in ((256, 4096), (512, 2048), (128, 2048)):
         for op, steps in (("gae", 32), ("vtrace", 16), ("td_lambda", 16), ("eligibility_traces", 32)):  # by series
             variants = {"heuristic": None, "before": _before_windows(N, T, steps)}
-            tasks.append(("mid_tn_backward", op, N, T, "tn", variants, 4, False, False, True))
+            tasks.append(("mid_tn_backward", op, N, T, "tn", variants, 4, False, True))
     return tasks
 
 
@@ -437,7 +459,7 @@ def group_heavy_backward():
         else:  # under 1024 steps, one column of 128-step tiles per 16 environments
             before = _tiles(16, 128, 4) if T < 1024 else _split_tiles(N, T, 256)
         v = dict(variants, **{"before": before, "tiles b16 t64 split": _split_tiles(N, T, 64)})
-        tasks += [("heavy_backward", op, N, T, "tn", v, 4, False, False, True) for op in ("vtrace", "retrace", "gae")]
+        tasks += [("heavy_backward", op, N, T, "tn", v, 4, False, True) for op in ("vtrace", "retrace", "gae")]
     return tasks
 
 
@@ -465,7 +487,7 @@ def group_rows_chained():
     variants = {"heuristic": None, "b1 t2048 w16": _tiles(1, 2048, 16), "b1 t2048 w4": _tiles(1, 2048, 4),
                 "chained t1024 w4": chained(1024, 4), "chained t1024 w8": chained(1024, 8),
                 "chained t512 w4": chained(512, 4), "chained t512 w2": chained(512, 2)}
-    tasks = [("rows_chained", op, 512, 2048, "nt", variants, 4, False, True)
+    tasks = [("rows_chained", op, 512, 2048, "nt", variants, 4, False)
              for op in ("vtrace", "gae", "discounted_returns")]
     tasks.append(("rows_chained", "eligibility_traces", 4096, 2048, "nt", variants, 4, False, False))
     return tasks
@@ -479,7 +501,7 @@ def group_state_in():
     ways = dict(HEURISTIC, **{way: dict(state_in=way) for way in ("gather", "exclusive", "reload")})
     tasks = [("state_in", "vtrace", N, T, "nt", ways, 4, False, False) for N, T in ((512, 2048), (4096, 2048), (4096, 128))]
     for op in ("gae", "vtrace", "eligibility_traces"):
-        tasks += [("state_in", op, N, T, "nt", ways, 4, False, False, True) for N, T in ((512, 2048), (4096, 2048))]
+        tasks += [("state_in", op, N, T, "nt", ways, 4, False, True) for N, T in ((512, 2048), (4096, 2048))]
     return tasks
 
 
@@ -494,15 +516,127 @@ def group_long_rows():
         variants = {"heuristic": None, "before (b4 t256 w4 split)": before}
         tasks += [("long_rows", op, N, T, "nt", variants, 4, False, False) for op in OPS]
         if (N, T) in ((64, 32768), (16, 262144)):
-            tasks += [("long_rows", op, N, T, "nt", variants, 4, False, False, True)
+            tasks += [("long_rows", op, N, T, "nt", variants, 4, False, True)
                       for op in ("gae", "vtrace", "discounted_returns", "eligibility_traces")]
     return tasks
 
 
-GROUPS = dict(quick=group_quick, record=group_record, rows=group_rows, rows_chained=group_rows_chained,
+# ----------------------------------------------------------------------------- the seed's library
+
+SEED_SHAPES = ((4096, 128), (16384, 16), (512, 2048), (4096, 2048))  # (N, T): the [N, T] cells of record
+SEED_WON = 1.0  # rlscan's device time over rl-triton's at most this: the cell is won
+
+
+def _device_us(fn):
+    """``(device µs, method)`` of ``fn``: a CUDA-graph replay of up to 20 calls, median of 10."""
+    sync = timing.synchronizer(DEV)
+    _, once = timing.timed_once(fn, sync)
+    t = timing.device_time(fn, one_call_s=once, target_s=0.02, repeat=10, max_calls=20)
+    return 1e6 * t.seconds, t.method
+
+
+def run_seed(op, N, T, layout, truncations=False):
+    """One cell against rl-triton itself (``tools/seed_ops.py``): its inputs in rl-triton's form;
+    rl-triton's functions for the op, rlscan's call mapped from the same arguments (and, where
+    the mapping runs arithmetic, rlscan's own form prepared beforehand), each checked against
+    the float64 truth of the mapped call before it is timed (a wrong one is timed as NaN)."""
+    label = f"{op} {layout} {N}x{T}" + (" truncations" if truncations else "")
+    if time.monotonic() > DEADLINE[0]:
+        print(f"# {label}: skipped (out of time)", flush=True)
+        return
+    fresh()
+    p = seed_ops.problem(op, N, T, layout, device=DEV, truncations=truncations)
+    want = seed_ops.truth(p)
+    calls = {name: ("rl-triton", fn) for name, fn in seed_ops.seed_calls(p).items()}
+    calls["rlscan"] = ("rlscan", seed_ops.rlscan_call(p))
+    if seed_ops.has_own(p):
+        calls["rlscan own form"] = ("rlscan", seed_ops.rlscan_call(p, own=True))
+    us, errs, outs, methods = {}, {}, {}, set()
+    want = seed_ops.compared(p, "rlscan", want)
+    for name, (side, fn) in calls.items():
+        try:
+            got = seed_ops.compared(p, side, fn())
+            errs[name] = seed_ops.rel_err(got, want)
+            outs[name] = got
+            us[name] = math.nan
+            if errs[name] < seed_ops.TOL:
+                us[name], method = _device_us(fn)
+                methods.add(method)
+        except Exception as exc:  # noqa: BLE001 - a call that fails is a result of the cell
+            errs[name], us[name] = math.inf, math.nan
+            print(f"  {name}: failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+    seeds = {k: v for k, v in us.items() if calls[k][0] == "rl-triton"}
+    best = min(seeds, key=lambda k: seeds[k] if seeds[k] == seeds[k] else math.inf)
+    between = seed_ops.rel_err(outs[best], outs["rlscan"]) if best in outs and "rlscan" in outs else math.inf
+    ratio = us["rlscan"] / seeds[best]
+    own = us.get("rlscan own form")
+    row = dict(group="seed", op=op, seed_fn=seed_ops.OPS[op].name, layout=layout, N=N, T=T, truncations=truncations,
+               shape=label, rlscan_us=us["rlscan"], rlscan_own_us=own, seed_us=seeds[best], seed_best=best,
+               seed_variants=seeds, ratio=ratio, won=bool(ratio <= SEED_WON),
+               won_own=None if own is None else bool(own / seeds[best] <= SEED_WON), errors=errs, between=between,
+               method="; ".join(sorted(methods)))
+    ROWS.append(row)
+    wrong = [k for k, e in errs.items() if not e < seed_ops.TOL]
+    print(f"  {label:40s} rlscan {us['rlscan']:8.1f} us | rl-triton {seeds[best]:8.1f} us ({best}) | "
+          f"x{ratio:5.2f} {'won' if row['won'] else 'LOST'}"
+          + (f" | own form {own:8.1f} us" if own is not None else "")
+          + " | err " + ", ".join(f"{k} {e:.0e}" for k, e in errs.items()) + f", between {between:.0e}"
+          + (f" | WRONG: {', '.join(wrong)} (against the float64 truth of the mapped call)" if wrong else ""),
+          flush=True)
+
+
+def group_seed():
+    """rl-triton itself: every op of it at the ``[N, T]`` cells of record."""
+    seed_ops.seed_library()
+    return [partial(run_seed, op, N, T, "nt") for N, T in SEED_SHAPES for op in seed_ops.OPS]
+
+
+def group_seed_tn():
+    """rl-triton's ops on ``[T, N]`` storage, passed as ``[N, T]`` views: rl-triton copies them
+    to ``[N, T]`` inside its call, rlscan reads them in place."""
+    seed_ops.seed_library()
+    return [partial(run_seed, op, N, T, "tn") for N, T in SEED_SHAPES for op in seed_ops.OPS
+            if op != "discounted_returns_mc"]
+
+
+def group_seed_truncated():
+    """rl-triton's truncation forms (``truncateds`` and ``[N, T]`` bootstrap values) at the
+    ``[N, T]`` cells of record."""
+    seed_ops.seed_library()
+    return [partial(run_seed, op, N, T, "nt", True) for N, T in SEED_SHAPES for op in seed_ops.TRUNCATING]
+
+
+def group_retrace_tables():
+    """Retrace from the action tables beside plain Retrace plus one read of the tables, at the
+    ``[N, T]`` cells of record and ``[T, N]`` 512 x 2048."""
+    return ([("retrace_tables", "retrace_from_q", N, T, "nt", HEURISTIC, 4, True) for N, T in SEED_SHAPES]
+            + [("retrace_tables", "retrace_from_q", 512, 2048, "tn", HEURISTIC, 4, True)])
+
+
+GROUPS = dict(seed=group_seed, seed_tn=group_seed_tn, seed_truncated=group_seed_truncated,
+              retrace_tables=group_retrace_tables, quick=group_quick, record=group_record, rows=group_rows, rows_chained=group_rows_chained,
               mid_tn=group_mid_tn, mid_tn_backward=group_mid_tn_backward, mid_tn_short=group_mid_tn_short,
               heavy_backward=group_heavy_backward, light_windows=group_light_windows,
               state_in=group_state_in, long_rows=group_long_rows)
+
+
+def write(out):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "seed.json"), "w") as f:
+        json.dump(ROWS, f, indent=1)
+
+
+def seed_table(rows) -> list:
+    """The lines of the table of rl-triton's cells (``run_seed``'s rows)."""
+    lines = ["| op (rl-triton's function) | layout | N x T | rlscan us | rl-triton us (fastest function) | ratio | won "
+             "| rlscan own form us | won (own form) |", "|---|---|---|---:|---:|---:|---|---:|---|"]
+    for r in rows:
+        own = "" if r["rlscan_own_us"] is None else f"{r['rlscan_own_us']:.1f}"
+        won_own = "" if r["won_own"] is None else ("yes" if r["won_own"] else "**no**")
+        lines.append(f"| {r['op']} ({r['seed_fn']}) | {r['layout']}{' trunc' if r['truncations'] else ''} | "
+                     f"{r['N']} x {r['T']} | {r['rlscan_us']:.1f} | {r['seed_us']:.1f} ({r['seed_best']}) | "
+                     f"{r['ratio']:.2f} | {'yes' if r['won'] else '**no**'} | {own} | {won_own} |")
+    return lines
 
 
 def main():
@@ -514,25 +648,44 @@ def main():
     if not torch.cuda.is_available():
         ap.error("it times kernels on a CUDA GPU, and torch sees none here")
     DEADLINE[0] = time.monotonic() + args.budget
+    out = os.environ.get("OUT", "bench-out")
     fl = floors.measure(DEV, quick=True)
     BW[0] = fl.bandwidth
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
           f"copy {fl.bandwidth / 1e12:.2f} TB/s", flush=True)
-    tasks = [t for g in args.groups for t in GROUPS[g]()]
+    tasks, missing = [], []
+    for g in args.groups:
+        try:
+            tasks += GROUPS[g]()
+        except seed_ops.SeedMissing as exc:
+            missing.append(g)
+            ROWS.append(dict(group=g, missing=str(exc)))
+            print(f"# {g}: not run: {exc}", flush=True)
     if args.variants:
         keep = set(args.variants.split(","))
-        tasks = [t[:5] + ({k: v for k, v in t[5].items() if k in keep},) + t[6:] for t in tasks]
+        tasks = [t if callable(t) else t[:5] + ({k: v for k, v in t[5].items() if k in keep},) + t[6:]
+                 for t in tasks]
     for task in tasks:
-        run_variants(*task)
-    out = os.environ.get("OUT", "bench-out")
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "seed.json"), "w") as f:
-        json.dump(ROWS, f, indent=1)
-    print(f"\nsummary: device us (x floor) per shape, best first")
-    for shape in dict.fromkeys(r["shape"] for r in ROWS):
-        mine = sorted((r for r in ROWS if r["shape"] == shape),
+        task() if callable(task) else run_variants(*task)
+        write(out)  # after every cell: a run stopped from outside keeps what it measured
+    write(out)
+    seeds = [r for r in ROWS if r["group"].startswith("seed") and "missing" not in r]
+    if seeds:
+        nt = [r for r in seeds if r["layout"] == "nt" and not r["truncations"]]
+        print("\nrl-triton itself (device us, CUDA-graph replays; won: rlscan <= 1.0x rl-triton):")
+        print("\n".join(seed_table(seeds)))
+        print(f"[N, T] cells won: {sum(r['won'] for r in nt)} of {len(nt)}", flush=True)
+    rest = [r for r in ROWS if "label" in r]
+    if rest:
+        print("\nsummary: device us (x floor) per shape, best first")
+    for shape in dict.fromkeys(r["shape"] for r in rest):
+        mine = sorted((r for r in rest if r["shape"] == shape),
                       key=lambda r: r["device_us"] if r["device_us"] == r["device_us"] else math.inf)
         print(f"  {shape}: " + " | ".join(f"{r['label']} {r['device_us']:.1f}" for r in mine[:5]))
+    if missing:
+        print(f"\nnot run: {', '.join(missing)}: rl-triton is not installed ({seed_ops.INSTALL})", file=sys.stderr)
+        return 3
+    return 0
 
 
 if __name__ == "__main__":

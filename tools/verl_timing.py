@@ -23,6 +23,7 @@ checks the script itself on the CPU::
     python tools/verl_timing.py
     python tools/verl_timing.py --settings   # also the masked one pass under other launch settings
     python tools/verl_timing.py --rows       # GAE + whitening under row-kernel settings, more shapes
+    python tools/verl_timing.py --budget-s 50   # no shape starts after 50 s (tools/gpu_record.py)
     TRITON_INTERPRET=1 python tools/verl_timing.py --dry   # tiny shapes on the CPU
 
 What it prints: the copy bandwidth and launch floor, per shape the errors and a JSON line of
@@ -62,6 +63,9 @@ def verl_rpp(r, m, gamma):
 
 DRY = "--dry" in sys.argv
 SETTINGS = "--settings" in sys.argv
+# --budget-s N: no shape starts once N seconds have passed since the start (tools/gpu_record.py)
+BUDGET_S = float(sys.argv[sys.argv.index("--budget-s") + 1]) if "--budget-s" in sys.argv else float("inf")
+STARTED = time.monotonic()
 dev = torch.device("cpu" if DRY else "cuda")
 SHAPES = [(4, 64), (2, 256)] if DRY else [(256, 4096), (64, 32768)]
 GAMMA, LAM = 1.0, 0.95  # verl's default gamma; lam below 1 exercises the general form
@@ -201,10 +205,24 @@ class two_scans:
         self.forced.__exit__(*exc)
 
 
+def write(bw, not_run=()):
+    out = os.environ.get("OUT", "bench-out")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "verl_timing.json"), "w") as f:
+        json.dump(dict(bandwidth_Bps=bw.bandwidth, launch_s=bw.launch_s, rows=rows, not_run=list(not_run),
+                       device=str(torch.cuda.get_device_name() if dev.type == "cuda" else "cpu")), f, indent=1,
+                  default=str)
+
+
 def main():
     bw = floors.measure(dev, quick=True)
     print(f"copy bandwidth {bw.bandwidth / 1e9:.0f} GB/s; launch floor {1e6 * (bw.launch_s or 0):.1f} us", flush=True)
+    not_run = []
     for B, T in SHAPES:
+        if time.monotonic() - STARTED > BUDGET_S:
+            not_run.append(f"{B}x{T}")
+            print(f"{B}x{T}: not run (--budget-s {BUDGET_S:.0f})", flush=True)
+            continue
         r, v, m = make(B, T)
         n = B * T
         # 1. correctness against the float64 loop
@@ -248,14 +266,11 @@ def main():
         rows.append(dict(shape=f"{B}x{T}", estimator="reinforce_plus_plus", ok=ok_rpp, errors=rpp_err,
                          loop_s=rpp_loop_s, wall_s=rpp_wall, device_s=rpp_dev, floor_s=rpp_floor, method=method))
         print(json.dumps(rows[-2:], default=str), flush=True)
+        write(bw)  # after every shape: a run stopped from outside keeps its rows
         if SETTINGS:
             time_settings(r, v, m, truth[1])
 
-    out = os.environ.get("OUT", "bench-out")
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "verl_timing.json"), "w") as f:
-        json.dump(dict(bandwidth_Bps=bw.bandwidth, launch_s=bw.launch_s, rows=rows, device=str(
-            torch.cuda.get_device_name() if dev.type == "cuda" else "cpu")), f, indent=1, default=str)
+    write(bw, not_run)
     print()
     print("| shape | estimator | ok | verl loop ms | rlscan wall us | rlscan device us | floor us | x loop (wall) "
           "| device / floor | GAE alone us | two scans us | two lanes us |")

@@ -353,7 +353,7 @@ def chained_scan_kernel(
                                _edge(k, REVERSE, BLOCK_T), INIT, init_strides, ACC, BLOCK_B, TEST_LOOKBACK, LOOKBACK,
                                LINK)
     A = a + k * carry
-    A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, BLOCK_T, STATE_IN, ACC)
+    A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, REVERSE, BLOCK_T, STATE_IN, ACC)
     EMIT(outs, out_strides, scalars, A, A_in, keep, tile, T)
 
 

@@ -350,6 +350,8 @@ class LaunchPlan:
                                           _policy.value("state_in_steps_per_warp", policy_table(self.device)))
         if cfg.kind == "scan":
             kwargs["ONE_TILE"] = cfg.n_chunks == 1 and cfg.block_t >= T
+            kwargs["FLIP"] = reverse and (FORCE_FLIP if FORCE_FLIP is not None else
+                                          cfg.block_t <= _policy.value("flip_max_block_t", policy_table(self.device)))
         self.constexprs = kwargs
         self.options = dict(num_warps=cfg.num_warps)
         if self.exact:
@@ -506,6 +508,11 @@ def _key(signature) -> tuple:
     """The signature cache's key of a plan made for ``signature`` (and the settings in force)."""
     return ("plan", signature) + settings_key()
 
+
+#: ``True`` or ``False`` to flip (or not) the tiles of every reverse ``scan`` kernel
+#: (``tile_scan.scan_kernel``'s ``FLIP``; ``tools/seed_compare.py flip`` compares them); ``None``: the
+#: table's ``flip_max_block_t`` decides
+FORCE_FLIP = None
 
 #: ``"gather"``, ``"exclusive"`` or ``"reload"`` to take the state carried in one way for
 #: every ``EMIT`` that reads it (tests and ``tools/seed_compare.py state_in``); ``None``: choose

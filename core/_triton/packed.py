@@ -53,7 +53,7 @@ from .._backend import interpreting
 from ..ops.gae.kernel import ROW_RUN, _backward_in_time, _forward_in_time, _row_sums, _whole_tile
 from .launch import _acc_dtype, direct_launch, first_launch, settings_key, split
 from .primitives import compose, scalar
-from .whiten import SUM_SLOTS, new_sums
+from .whiten import SUM_SLOTS, new_sums, sums_in_any_order
 
 #: the kinds of op, as the kernels number them, and their outputs
 KINDS = {"gae": 0, "td_lambda": 1, "discounted_returns": 2, "kept_returns": 3}
@@ -535,19 +535,21 @@ def scan(kind: str, cu_seqlens: torch.Tensor, *, rewards: torch.Tensor, values=N
     ``gamma``, ``lmbda``: floats, or tensors of length ``S`` (per sequence, which wins where
     ``S = total_tokens``) or ``total_tokens``. Outputs are ``[total_tokens]`` in
     ``compute_dtype``. The whitening's statistics are gathered by the scan, except in exact
-    mode, where ``masked_whiten`` adds them in a fixed order. Raises where a kernel fails to
+    mode and under ``torch.use_deterministic_algorithms(True)``, where ``masked_whiten`` adds
+    them in a fixed order. Raises where a kernel fails to
     compile or launch (the caller falls back), and ``ValueError`` where the whitening has
     fewer than two kept tokens."""
     whitened = whiten or kind == "kept_returns"
+    fixed_order = exact or not sums_in_any_order()
     new, sums = launch(kind, cu_seqlens, rewards=rewards, values=values, mask=mask, terminated=terminated,
-                       bootstrap_value=bootstrap_value, gamma=gamma, lmbda=lmbda, exact=exact, sums=whitened,
-                       compute_dtype=compute_dtype)
+                       bootstrap_value=bootstrap_value, gamma=gamma, lmbda=lmbda, exact=exact,
+                       sums=whitened and not fixed_order, compute_dtype=compute_dtype)
     if not whitened:
         return new
     from ..whiten import _check_count, masked_whiten
 
     x = new[0]
-    if exact:  # the whitening in a fixed order (the sums' atomics add in any order)
+    if fixed_order:  # the whitening in a fixed order (the sums' atomics add in any order)
         kept = mask if mask is not None else torch.ones(x.numel(), dtype=torch.bool, device=x.device)
         if kind == "gae":
             return masked_whiten(x, kept), new[1]

@@ -79,6 +79,10 @@ DECISIONS = {
         _pow2, "a power of two",
         "positions x actions one program of retrace_from_q's table prologue reads (BLOCK_P = this / BLOCK_A, "
         "at least 16)"),
+    "flip_max_block_t": Kind(
+        _whole(0), "a whole number >= 0",
+        "the longest tile (BLOCK_T) of a reverse scan kernel whose first axis runs back in time (FLIP), so that its "
+        "scan is a forward one; 0: no tile is flipped"),
     "retrace_max_block_a": Kind(
         _pow2, "a power of two",
         "actions the table prologue loads per step of its loop (BLOCK_A), and the most that take its vector path"),

@@ -17,6 +17,10 @@ Conditions (every one optional; all must hold):
 * ``programs_per_sm``: ``{"block_b": b, "min": lo, "below": hi}``, holding where
   ``lo * n_sm <= ceil(B / b) < hi * n_sm`` (either bound optional).
 
+Under ``torch.use_deterministic_algorithms(True)`` no chained kind is a candidate, whatever
+the conditions say (:func:`applies`): their look-back makes the last bits vary run to run.
+A class that such a call can match keeps a setting of another kind without conditions.
+
 A setting holds :class:`Config` fields (``kind``, ``block_b``, ``num_warps``, ``block_t``,
 ``stripes``, ``steps``, ``stages``, ``unroll``, ``step_scan``, ``lookback``, ``link``) and
 a chunking rule, ``chunks``:
@@ -282,6 +286,9 @@ def validate(raw, path: str = "<table>") -> Table:
         if all(s.when for s in checked):
             _fail(where, "settings", "at least one setting without 'when' (so every call gets one)",
                   "only conditional settings")
+        if when.get("deterministic") is not False and all(s.when or s.config.kind in CHAINED for s in checked):
+            _fail(where, "settings", "a setting of a kind other than chained without 'when' (so every call under "
+                                     "deterministic algorithms gets one)", "only chained or conditional settings")
         out.append(ShapeClass(name, when, dict(shape), checked))
     if out[-1].when:
         _fail(f"{path}: class {len(out) - 1} ({out[-1].name!r})", "when",
@@ -485,10 +492,18 @@ def resolve(s: Setting, q: Query) -> Config:
     return with_chunks(cfg, q.T, 1)
 
 
+def applies(s: Setting, q: Query) -> bool:
+    """Whether the setting ``s`` is a candidate for the call ``q``: its conditions hold, and it
+    is not a chained kind where ``q`` runs under ``torch.use_deterministic_algorithms`` (a
+    decoupled look-back composes predecessors in the order they finish, so its last bits vary
+    run to run), whatever the table's conditions say."""
+    return holds(s.when, q) and not (q.deterministic and s.config.kind in CHAINED)
+
+
 def candidates(q: Query, table: Table) -> tuple:
     """``(class, settings)``: the class matched and its settings that apply to ``q``, in order."""
     c = match(q, table)
-    return c, tuple(s for s in c.settings if holds(s.when, q))
+    return c, tuple(s for s in c.settings if applies(s, q))
 
 
 def configs_for(T: int, B: int, time_contiguous: bool, n_sm: int, reverse: bool = True, deterministic: bool = False,

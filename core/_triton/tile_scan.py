@@ -97,25 +97,29 @@ def _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS: tl.co
 
 
 @triton.jit
-def _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE: tl.constexpr, N: tl.constexpr,
-              STATE_IN: tl.constexpr, ACC: tl.constexpr):
+def _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE: tl.constexpr, AXIS_REVERSE: tl.constexpr,
+              N: tl.constexpr, STATE_IN: tl.constexpr, ACC: tl.constexpr):
     """The state carried into each row of a tile scanned by :func:`_scanned`, what an op's
     ``EMIT`` reads as ``A_in``, by ``STATE_IN`` (``launch.state_in`` chooses):
 
     * ``"gather"``: the neighbouring row of ``A`` (:func:`_carried_in`);
     * ``"exclusive"``: ``ea + ek * carry`` from the exclusive scan;
     * ``"reload"``: ``A`` stored where the first output goes, then read back one step on
-      (:func:`_reloaded`)."""
+      (:func:`_reloaded`).
+
+    ``REVERSE``: the scan runs back in time; ``AXIS_REVERSE``: against the tile's first axis
+    (they differ in a flipped tile, whose first axis runs back in time)."""
     if STATE_IN == "exclusive":
         return ea + ek * carry
     elif STATE_IN == "reload":
-        return _reloaded(A, carry, outs[0], out_strides, tile, t_hi, REVERSE, N, ACC)
+        return _reloaded(A, carry, outs[0], out_strides, tile, t_hi, REVERSE, AXIS_REVERSE, N, ACC)
     else:
-        return _carried_in(A, carry, REVERSE, N)
+        return _carried_in(A, carry, AXIS_REVERSE, N)
 
 
 @triton.jit
-def _reloaded(A, carry, OUT, s, tile, t_hi, REVERSE: tl.constexpr, N: tl.constexpr, ACC: tl.constexpr):
+def _reloaded(A, carry, OUT, s, tile, t_hi, REVERSE: tl.constexpr, AXIS_REVERSE: tl.constexpr, N: tl.constexpr,
+              ACC: tl.constexpr):
     """``A_in`` through memory: every thread stores its rows of ``A`` in ``OUT`` (the first
     output, which ``EMIT`` then writes at every step; it has the compute dtype), and after a
     barrier reads the row after (reverse) or before (forward) each of its rows; ``carry``
@@ -127,11 +131,16 @@ def _reloaded(A, carry, OUT, s, tile, t_hi, REVERSE: tl.constexpr, N: tl.constex
     t = tile[0]
     store(OUT, s, tile, A)
     tl.debug_barrier()
-    if REVERSE:
-        edge = (rows == N - 1) | (t + 1 >= t_hi)
-        t_in = t + 1
+    # the tile's edge in scan order takes the carry; in reverse, so does a step whose next lies
+    # past the chunk (its row of A was not stored)
+    if AXIS_REVERSE:
+        edge = rows == N - 1
     else:
         edge = rows == 0
+    if REVERSE:
+        edge = edge | (t + 1 >= t_hi)
+        t_in = t + 1
+    else:
         t_in = t - 1
     A_in = tl.load(OUT + offsets(s, t_in, tile), mask=tile[3] & ~edge, other=0).to(ACC)
     tl.debug_barrier()
@@ -201,40 +210,53 @@ def scan_kernel(
     COEFFS: tl.constexpr, EMIT: tl.constexpr, REVERSE: tl.constexpr, PHASE: tl.constexpr,
     ACC: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr,
     TWO_LEVEL: tl.constexpr, WIDE: tl.constexpr, STAGES: tl.constexpr = None, UNROLL: tl.constexpr = None,
-    STATE_IN: tl.constexpr = "gather", ONE_TILE: tl.constexpr = False,
+    STATE_IN: tl.constexpr = "gather", ONE_TILE: tl.constexpr = False, FLIP: tl.constexpr = False,
 ):
     """``ONE_TILE`` (one launch, ``BLOCK_T >= T``): each program's steps are one tile, so no
     state is handed from tile to tile. The loop and its carry cost a third more registers
-    and four more barriers (docs/benchmarks.md), which halves how many programs an SM holds."""
+    and four more barriers (docs/benchmarks.md), which halves how many programs an SM holds.
+
+    ``FLIP`` (with ``REVERSE``): each tile's first axis runs back in time (its row ``i`` is
+    step ``BLOCK_T − 1 − i`` of the tile), so the scan along it is a forward one: Triton
+    lowers ``tl.associative_scan(..., reverse=True)`` with about 2.7 times the warp shuffles
+    (see ``ops/gae/kernel.py``'s row kernels). Only the order within a tile changes: tiles
+    still follow each other from the last, and each step's arithmetic is the same."""
     chunk = tl.program_id(1)
     b, b_hi, b_lo, mb, carry, t_lo, t_hi = _program_start(
         INIT, init_strides, AGG, chunk, T, B, B_lo, chunk_len, n_chunks,
         REVERSE, PHASE, ACC, BLOCK_B, BLOCK_C, TWO_LEVEL, WIDE)
+    AXIS_REVERSE: tl.constexpr = REVERSE and not FLIP  # whether scan order runs against the tile's first axis
+    rows = tl.arange(0, BLOCK_T)[:, None]
+    if REVERSE and FLIP:
+        rows = BLOCK_T - 1 - rows
     if ONE_TILE:
-        t = tl.arange(0, BLOCK_T)[:, None]
+        t = rows
         if WIDE:
             t = t.to(tl.int64)
-        a, k, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS, REVERSE,
-                                            ACC, BLOCK_T, False, STATE_IN == "exclusive")
+        a, k, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS,
+                                            AXIS_REVERSE, ACC, BLOCK_T, False, STATE_IN == "exclusive")
         A = a + k * carry
-        A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, BLOCK_T, STATE_IN, ACC)
+        A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, AXIS_REVERSE, BLOCK_T, STATE_IN,
+                         ACC)
         EMIT(outs, out_strides, scalars, A, A_in, keep, tile, T)
     else:
         carry_b = tl.full([1, BLOCK_B], 1, ACC)
         n_tiles = tl.cdiv(t_hi - t_lo, BLOCK_T)
         for i in tl.range(n_tiles, num_stages=STAGES, loop_unroll_factor=UNROLL):
-            t = t_lo + _in_scan_order(i, n_tiles, REVERSE) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+            t = t_lo + _in_scan_order(i, n_tiles, REVERSE) * BLOCK_T + rows
             if WIDE:
                 t = t.to(tl.int64)
             a, k, ea, ek, tile, keep = _scanned(ins, in_strides, scalars, t, b_hi, b_lo, mb, t_hi, T, COEFFS,
-                                                REVERSE, ACC, BLOCK_T, False, STATE_IN == "exclusive" and PHASE != 1)
+                                                AXIS_REVERSE, ACC, BLOCK_T, False,
+                                                STATE_IN == "exclusive" and PHASE != 1)
             A = a + k * carry
             if PHASE == 1:
-                carry_b = _edge(k * carry_b, REVERSE, BLOCK_T)
+                carry_b = _edge(k * carry_b, AXIS_REVERSE, BLOCK_T)
             else:
-                A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, BLOCK_T, STATE_IN, ACC)
+                A_in = _state_in(A, ea, ek, carry, outs, out_strides, tile, t_hi, REVERSE, AXIS_REVERSE, BLOCK_T,
+                                 STATE_IN, ACC)
                 EMIT(outs, out_strides, scalars, A, A_in, keep, tile, T)
-            carry = _edge(A, REVERSE, BLOCK_T)
+            carry = _edge(A, AXIS_REVERSE, BLOCK_T)
 
         if PHASE == 1:
             _store_chunk_pair(AGG, chunk, n_chunks, b, mb, B, carry, carry_b)

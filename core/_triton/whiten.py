@@ -23,6 +23,14 @@ FINISH_BLOCK = 1024
 SUM_SLOTS = tl.constexpr(64)
 
 
+def sums_in_any_order() -> bool:
+    """Whether a scan may gather the whitening's sums itself (:func:`add_sums`): float64 atomic
+    additions in the order its programs finish, so the statistics' last bits can vary run to
+    run. Not under ``torch.use_deterministic_algorithms(True)``, where the whitening adds them
+    in a fixed order (:func:`rlscan.masked_whiten`)."""
+    return not torch.are_deterministic_algorithms_enabled()
+
+
 def new_sums(device) -> torch.Tensor:
     """Zeroed slots for the sums a scan gathers, ``[3, SUM_SLOTS]``: count, sum, sum of squares."""
     return torch.zeros(3, SUM_SLOTS.value, dtype=torch.float64, device=device)

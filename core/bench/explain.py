@@ -193,7 +193,9 @@ def report(op: str, N: int, T: int, layout: str, dtype, n_sm: Optional[int] = No
         lines.append(f"     measured: {s.measured or 'not measured (a fallback)'}{ratio}")
     skipped = [s for s in c.settings if s not in chosen_settings]
     for s in skipped:
-        lines.append(f"  -  {describe_setting(settings.resolve(s, q))}: not for this call ({_conditions(s.when)})")
+        why = _conditions(s.when) if not settings.holds(s.when, q) else "a chained kind, not under deterministic " \
+                                                                        "algorithms: its look-back varies the last bits"
+        lines.append(f"  -  {describe_setting(settings.resolve(s, q))}: not for this call ({why})")
     lines.append("then, if every setting fails to compile: the sequential kernel, then the CPU path.")
     decided = policy_lines(op, q, probed, [settings.resolve(s, q) for s in chosen_settings], table)
     if decided:

@@ -426,14 +426,21 @@ def _large_backward(p, shape: tuple, repeat: int, sync) -> dict:
     return out
 
 
-def run(p, device, shape: tuple, large: tuple, repeat: int, quick: bool) -> dict:
-    """The host section: ``shape`` (N, T) for eager/compiled/autograd, ``large`` for the CPU grid."""
+def run(p, device, shape: tuple, large: tuple, repeat: int, quick: bool, deadline: float = float("inf")) -> dict:
+    """The host section: ``shape`` (N, T) for eager/compiled/autograd, ``large`` for the CPU grid;
+    a part does not start past ``deadline`` (``time.perf_counter()``), and is listed in ``not_run``."""
     N, T = shape
     started = time.perf_counter()
     doc = {"method": __doc__.split("\n\n", 1)[1].strip(), "repeat": repeat}
-    doc["compiled"] = compiled_section(p, device, N, T, repeat)
-    doc["autograd"] = autograd_section(p, device, N, T, repeat)
-    doc["cpu"] = cpu_section(p, large, repeat, quick)
+    parts = (("compiled", lambda: compiled_section(p, device, N, T, repeat)),
+             ("autograd", lambda: autograd_section(p, device, N, T, repeat)),
+             ("cpu", lambda: cpu_section(p, large, repeat, quick)))
+    for name, part in parts:
+        if time.perf_counter() > deadline:
+            doc.setdefault("not_run", []).append(name)
+            p.line(f"host · {name}: not run, past the budget", style="yellow")
+            continue
+        doc[name] = part()
     doc["elapsed_s"] = time.perf_counter() - started
     return doc
 

@@ -50,6 +50,7 @@ class Options(NamedTuple):
     host: bool = False
     host_large: tuple = (4096, 2048)  # (N, T) of the host section's CPU grid
     compile_jobs: Optional[int] = None  # processes that compile a GPU grid's Triton kernels first (None: default)
+    budget_s: Optional[float] = None  # seconds for the run: no host section or cell starts after them
 
 
 def settings_for(opts: Options, device: torch.device) -> Settings:
@@ -99,6 +100,7 @@ def subset_note(opts: Options, impl, N: int, T: int) -> Optional[str]:
 def run(opts: Options) -> int:
     """Run the benchmark; the exit status is 1 when any rlscan result fails its check."""
     started = time.perf_counter()
+    deadline = started + (opts.budget_s if opts.budget_s is not None else float("inf"))
     cuda, device = _device()
     settings = settings_for(opts, device)
     shapes = shapes_for(opts, cuda)
@@ -113,7 +115,7 @@ def run(opts: Options) -> int:
         from . import host
 
         host_shape = opts.shapes[0] if opts.shapes else (4096, 128)
-        doc["host"] = host.run(p, device, host_shape, opts.host_large, settings.repeat, opts.quick)
+        doc["host"] = host.run(p, device, host_shape, opts.host_large, settings.repeat, opts.quick, deadline)
         report.write_json(json_path, doc)
     if not opts.ops and not opts.e2e:
         return _finish_without_grid(p, doc, json_path, started)
@@ -136,6 +138,10 @@ def run(opts: Options) -> int:
         report.op_header(p, op, impls)
         for N, T in shapes:
             done += 1
+            if time.perf_counter() > deadline:
+                doc.setdefault("not_run", []).append(dict(op=op, N=N, T=T))
+                p.line(f"{op} {N}×{T}: not run, past --budget-s {opts.budget_s:g}", style="yellow")
+                continue
             progress = f"[{done}/{total}] {_clock(time.perf_counter() - started)}"
             with p.status(f"{op} {N}×{T}…") as status:
                 cell = _cell(CASES[op], N, T, impls, opts, settings, fl, ledger, spent, status)

@@ -67,7 +67,7 @@ def wall_clock(fn: Callable, device) -> float:
 def _candidates(table: settings.Table, c: settings.ShapeClass, q: settings.Query) -> list:
     """``[(raw entry, resolved Config, shipped?)]`` for the call ``q`` of class ``c``."""
     index = table.classes.index(c)
-    own = [(raw, s) for raw, s in zip(table.raw["classes"][index]["settings"], c.settings) if settings.holds(s.when, q)]
+    own = [(raw, s) for raw, s in zip(table.raw["classes"][index]["settings"], c.settings) if settings.applies(s, q)]
     families = {settings.FAMILIES[s.config.kind] for _, s in own}
     out, seen = [], set()
     for raw, s in own:
@@ -77,9 +77,7 @@ def _candidates(table: settings.Table, c: settings.ShapeClass, q: settings.Query
             out.append((raw, cfg, True))
     for raw_class, other in zip(table.raw["classes"], table.classes):
         for raw, s in zip(raw_class["settings"], other.settings):
-            if settings.FAMILIES[s.config.kind] not in families or not settings.holds(s.when, q):
-                continue
-            if q.deterministic and s.config.kind in settings.CHAINED:
+            if settings.FAMILIES[s.config.kind] not in families or not settings.applies(s, q):
                 continue
             cfg = settings.resolve(s, q)
             if cfg not in seen:

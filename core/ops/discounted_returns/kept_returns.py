@@ -68,7 +68,8 @@ def returns_and_advantages(rewards, mask, gamma: float, *, cu_seqlens=None, time
     on_rows = fusable and path == "cpu" and not (torch.is_grad_enabled() and call.anchor.requires_grad)
     # the CPU row loop checks the mask's values as it reads them
     mask = _skip.check_mask(call, "reinforce_plus_plus", mask, None, None, values=not on_rows)
-    if fusable and path == "triton" and not exact and not widen:
+    if fusable and path == "triton" and not exact and not widen and not torch.are_deterministic_algorithms_enabled():
+        # (the one pass gathers the whitening's sums in the order its programs finish)
         fused = _one_pass(call, mask, float(gamma))
         if fused is not None:
             return fused

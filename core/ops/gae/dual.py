@@ -107,9 +107,9 @@ def _triton_rows(call, v, boot, term, mask, gamma: float, lmbda: float, value_lm
     inv, value_inv = inverse(lmbda), inverse(value_lmbda)
     scalars = tuple(launch.split(x) for x in (gamma * lmbda, inv - 1.0, inv, gamma * value_lmbda, value_inv - 1.0,
                                               value_inv))
-    from ..._triton.whiten import new_sums
+    from ..._triton.whiten import new_sums, sums_in_any_order
 
-    stats = new_sums(r.device) if whiten else None
+    stats = new_sums(r.device) if whiten and sums_in_any_order() else None
     signature = ("dual", layout.T, layout.B, s_row, whiten, r.device.index, tile,
                  tuple(tensor_signature(x) for x in ins + outs))
     one_pass._launch_rows(signature, dual_kernel.dual_rows_kernel, (layout.B, 1, 1),
@@ -117,8 +117,10 @@ def _triton_rows(call, v, boot, term, mask, gamma: float, lmbda: float, value_lm
                           dict(ACC=launch._acc_dtype(compute), BLOCK_T=block_t), warps, r.device.index)
     if not whiten:
         return outs
-    from ...whiten import apply_whitening
+    from ...whiten import apply_whitening, masked_whiten
 
+    if stats is None:  # under deterministic algorithms: the statistics in a fixed order
+        return masked_whiten(outs[0], mask), outs[1]
     return apply_whitening(outs[0], stats), outs[1]
 
 

@@ -47,20 +47,23 @@ _rows_failed: list = []
 def plan(call, tensors: tuple, scalars: tuple, whiten: bool) -> Optional[tuple]:
     """The masked GAE's Triton plan variant (:class:`rlscan._spec.Masked`): :func:`advantages`
     on the op's inputs, where ``λ`` is a float; with ``whiten``, the advantages standardised
-    from the sums the scan gathered."""
+    from the sums the scan gathered (under deterministic algorithms, by :func:`rlscan.masked_whiten`,
+    which adds them in a fixed order)."""
     r, v, _, boot, term, mask, gamma_tensor, lmbda_tensor = tensors
     if lmbda_tensor is not None:
         return None
-    from ..._triton.whiten import new_sums
+    from ..._triton.whiten import new_sums, sums_in_any_order
 
     gamma, lmbda, _ = scalars
-    stats = new_sums(call.device) if whiten else None
+    stats = new_sums(call.device) if whiten and sums_in_any_order() else None
     result = advantages(call, r, v, boot, term, mask, gamma, gamma_tensor, lmbda, stats)
     if result is None or not whiten:
         return result
-    from ...whiten import apply_whitening
+    from ...whiten import apply_whitening, masked_whiten
 
     adv, ret = result
+    if stats is None:  # under deterministic algorithms: the statistics in a fixed order
+        return masked_whiten(adv, mask), ret
     return apply_whitening(adv, stats), ret
 
 

@@ -11,6 +11,7 @@ from ..._call import Call, trusted_call
 from ..._inputs import check_bool
 from ..._library import register_fused
 from ..._spec import Arguments, Bench, Kernel, Masked, OpSpec, PublicOp, Ref
+from ...whiten import masked_whiten
 from .. import _forms, _skip, _value_backward
 from ..linear_scan import linear_scan
 
@@ -76,7 +77,7 @@ def _check_mask_values(call, mask):
 FROM_MASK = Masked(
     op=MASKED, first=_skip.NEXT_KEPT, feeds="next_kept_values", mask="mask",
     cpu=Ref("rlscan.ops.gae.rows:plan"), triton=Ref("rlscan.ops.gae.one_pass:plan"),
-    check=_check_mask_values, whiten=Ref("rlscan.whiten:masked_whiten"),
+    check=_check_mask_values, whiten=masked_whiten,
 )
 
 
