@@ -31,8 +31,8 @@ def check_bool(name: str, x) -> bool:
     return x
 
 
-def check_rows(name: str, x, shape=None) -> torch.Tensor:
-    """A floating tensor ``(batch_size, response_len)`` (of ``shape`` where given)."""
+def check_rows(name: str, x, shape=None, device=None) -> torch.Tensor:
+    """A floating tensor ``(batch_size, response_len)`` (of ``shape`` and on ``device`` where given)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor (batch_size, response_len), got {kind(x)}")
     if not x.is_floating_point():
@@ -41,6 +41,8 @@ def check_rows(name: str, x, shape=None) -> torch.Tensor:
         raise ValueError(f"{name} must be 2-d (batch_size, response_len), got shape {tuple(x.shape)}")
     if shape is not None and x.shape != shape:
         raise ValueError(f"{name} must have the shape {tuple(shape)} of token_level_rewards, got {tuple(x.shape)}")
+    if device is not None and x.device != device:
+        raise ValueError(f"{name} must be on token_level_rewards' device {device}, got {x.device}")
     return x
 
 
@@ -56,6 +58,17 @@ def check_mask(name: str, m, shape, device) -> torch.Tensor:
     if m.device != device:
         raise ValueError(f"{name} must be on token_level_rewards' device {device}, got {m.device}")
     return m
+
+
+def check_mask_values(name: str, m: torch.Tensor) -> None:
+    """That ``m`` holds only 0 and 1 (one pass over it, on its device), for code that reads a
+    mask without an rlscan op to check it."""
+    if m.dtype != torch.bool and m.numel() and not bool(((m == 0) | (m == 1)).all()):
+        raise_mask_values(name)
+
+
+def raise_mask_values(name: str):
+    raise ValueError(f"{name} must hold only 0 and 1 (1 where the step counts, 0 where it is skipped)")
 
 
 @contextlib.contextmanager
@@ -84,9 +97,13 @@ def coef(name: str, value) -> float:
 
 
 def check_float(name: str, value) -> float:
+    """A finite float (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float, got {kind(value)}")
-    return float(value)
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
 
 
 # ----------------------------------------------------------------------------- releases

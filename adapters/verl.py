@@ -13,7 +13,8 @@ and returns verl's ``(advantages, returns)``, with verl's dtypes. They follow ve
 releases ``SUPPORTED_VERL`` (:func:`patch` refuses others: REINFORCE++ differs before 0.9).
 
 verl computes advantages on its driver process, from CPU tensors: there the estimators run
-rlscan's CPU path; on a GPU, the Triton path.
+rlscan's CPU path; on a GPU, the Triton path (the group estimators: torch operations over
+group ids, with no Python loop over the groups or the responses).
 
 ``patch()``, ``unpatch()`` and ``is_patched()`` change verl's registry and module functions
 (the framework shape of :mod:`rlscan.adapters`).
@@ -42,9 +43,18 @@ returns are the advantages (:mod:`rlscan.adapters._verl_groups` computes every g
 * ``opo``: ``s − Σ_g ℓ s / Σ_g ℓ``, ``ℓ = Σ_t m`` the response's length;
 * ``gpg``: ``α (s − μ_g) / f_norm``, ``α = B / max(1, #{s ≠ 0})``;
 * ``reinforce_plus_plus_baseline``: ``masked_whiten((s − μ_g) · m, m) · m`` (``returns``
-  as well).
+  as well);
+* ``gdpo``: ``masked_whiten(Σ_k w_k a_k · m, m) · m`` (``returns`` as well), ``a_k`` the
+  ``grpo`` advantage of the ``k``-th reward (``config.gdpo_reward_keys`` of
+  ``non_tensor_batch``, weights ``config.gdpo_reward_weights``; ``s`` alone without them).
 
 In a group of one, ``μ_g = 0`` and ``σ_g = 1`` (``rloo`` and ``opo`` keep ``s``).
+
+The optimal token baselines, ``optimal_token_baseline`` and ``tir_optimal_token_baseline``:
+``G_t = Σ_{s ≥ t} r_s m_s``, ``W_t = Σ_{s ≤ t} (1 − 2 π_s + Σπ²_s) ρ_s² m_s`` and a
+baseline per step and group, ``b_t = Σ_g G_t W_t m_t / (Σ_g W_t m_t + ε)``; the
+advantages ``(G − b) · m``, the returns ``G``
+(:mod:`rlscan.adapters._verl_token_baseline` states them in full).
 
 See docs/adapters/verl.md.
 """
@@ -57,6 +67,7 @@ import numbers
 import re
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 import rlscan
@@ -66,13 +77,14 @@ from rlscan._inputs import type_name
 from rlscan.ops import _skip
 from rlscan.ops.discounted_returns import kept_returns
 
-from . import _verl_groups
+from . import _common, _verl_groups, _verl_token_baseline
 
 __all__ = ["compute_gae_advantage_return", "compute_reinforce_plus_plus_outcome_advantage",
            "compute_grpo_outcome_advantage", "compute_grpo_passk_outcome_advantage",
            "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_rloo_outcome_advantage",
-           "compute_opo_outcome_advantage", "compute_gpg_outcome_advantage", "patch", "unpatch", "is_patched",
-           "SUPPORTED_VERL"]
+           "compute_opo_outcome_advantage", "compute_gpg_outcome_advantage", "compute_gdpo_outcome_advantage",
+           "compute_optimal_token_baseline_advantage", "compute_multi_turn_optimal_token_baseline_advantage",
+           "patch", "unpatch", "is_patched", "SUPPORTED_VERL"]
 
 #: The verl releases whose estimators these are (pip's specifier). REINFORCE++ carried the
 #: running return through masked steps from 0.9.0 on; 0.8 reset it after each.
@@ -184,17 +196,8 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards: 
         centred = scores - mean
         # the product's dtype, as verl tiles the scores over the tokens and multiplies by the mask
         x = centred.to(torch.result_type(centred, response_mask))
-        kept = _kept_per_row(response_mask)
-        n = kept.sum()
-        if n < 2:
-            raise ValueError(f"compute_reinforce_plus_plus_baseline_outcome_advantage needs at least two tokens with "
-                             f"response_mask = 1 for the whitening's variance, got {int(n)}")
-        wide = x.to(torch.float64)
-        mu = (kept * wide).sum() / n
-        var = (kept * (wide - mu) ** 2).sum() / (n - 1)
-        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-        whitened = (x.to(compute) - mu.to(compute)) * torch.rsqrt(var + 1e-8).to(compute)
-        return _broadcast(whitened.to(x.dtype), response_mask)
+        whitened = _whitened_rows(x, response_mask, "compute_reinforce_plus_plus_baseline_outcome_advantage")
+        return _broadcast(whitened, response_mask)
 
 
 def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
@@ -236,19 +239,160 @@ def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_ma
         return _broadcast(alpha * (scores - mean) / f_norm, response_mask)
 
 
+def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                                   epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True, config=None,
+                                   non_tensor_batch=None, batch=None, **kwargs):
+    """verl's ``compute_gdpo_outcome_advantage``: ``masked_whiten(Σ_k w_k a_k · m, m) · m``,
+    twice, with ``a_k`` GRPO's advantage of the ``k``-th reward (``(s_k − μ_g) / (σ_g + ε)``,
+    or ``s_k − μ_g`` without ``norm_adv_by_std_in_grpo``; ``μ = 0``, ``σ = 1`` in a group of one).
+
+    With ``config``, ``non_tensor_batch`` and ``batch`` all given (as verl's trainer passes
+    them), the rewards are ``non_tensor_batch[key]`` for each key of
+    ``config.gdpo_reward_keys`` (required), weighted by ``config.gdpo_reward_weights``
+    (default 1 each); otherwise one reward, ``s = Σ_t r_t``, of weight 1. The groups are
+    found once for every key, and the whitening's statistics come from each response's count
+    of kept tokens: one value per response until the advantages are written over the mask."""
+    fn = "compute_gdpo_outcome_advantage"
+    _check_bool("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo)
+    eps = _eps(epsilon)
+    if config is not None and non_tensor_batch is not None and batch is not None:
+        _check_outcome(token_level_rewards, response_mask)
+        rewards, weights = _gdpo_rewards(token_level_rewards, response_mask, config, non_tensor_batch, batch)
+        groups = _groups(index, len(token_level_rewards), token_level_rewards.device)
+    else:
+        scores, groups = _scores(token_level_rewards, response_mask, index)
+        rewards, weights = [scores], [1.0]
+    with torch.no_grad():
+        total = None
+        for scores, weight in zip(rewards, weights):
+            mean, std = _mean_and_std(groups, scores, std=norm_adv_by_std_in_grpo)
+            scalars = scores - mean
+            if norm_adv_by_std_in_grpo:
+                scalars = scalars / (std + eps)
+            # verl's product with the mask sets the dtype, then its float32 weight multiplies
+            scalars = scalars.to(torch.result_type(scalars, response_mask))
+            term = torch.tensor(weight, dtype=torch.float32, device=scalars.device) * scalars
+            total = term if total is None else total + term
+        return _broadcast(_whitened_rows(total, response_mask, fn), response_mask)
+
+
+def _gdpo_rewards(rewards, mask, config, non_tensor_batch, batch):
+    """``([s_k], [w_k])``: GDPO's rewards, each response's ``non_tensor_batch[key]`` as float32
+    (the sum of verl's row that holds it at the response's last token), and their weights."""
+    fn = "compute_gdpo_outcome_advantage"
+    keys = _config_get(config, "gdpo_reward_keys")
+    if not keys:
+        raise ValueError(f"{fn} needs config.gdpo_reward_keys (algorithm.gdpo_reward_keys): the keys of the reward "
+                         f"components compute_score returns, e.g. ['format_reward', 'accuracy_reward']")
+    if isinstance(keys, str):
+        raise TypeError(f"{fn}: config.gdpo_reward_keys must be a list of keys, got the string {keys!r}")
+    keys = list(keys)
+    B, T = rewards.shape
+    # verl writes each reward at column (the response's attention_mask count − 1): a column
+    # that exists wherever the attention mask's response part is no wider than the rewards
+    prompts, attention = batch["prompts"], batch["attention_mask"]
+    response_part = attention[:, prompts.size(1):]
+    if response_part.shape[0] != B:
+        raise ValueError(f"{fn}: batch['attention_mask'] must have {B} rows (one per response), got "
+                         f"{response_part.shape[0]}")
+    if response_part.shape[1] > T and bool((response_part.sum(dim=1) > T).any()):
+        raise ValueError(f"{fn}: a response's attention_mask counts more than the {T} tokens of "
+                         f"token_level_rewards, so its reward has no last token to sit at")
+    scores = []
+    for key in keys:
+        if key not in non_tensor_batch:
+            raise ValueError(f"{fn}: GDPO reward key {key!r} is not in non_tensor_batch (its keys: "
+                             f"{list(non_tensor_batch.keys())}); compute_score must return a dict holding it")
+        score = torch.tensor(np.asarray(non_tensor_batch[key], dtype=np.float32), device=rewards.device)
+        if score.shape != (B,):
+            raise ValueError(f"{fn}: non_tensor_batch[{key!r}] must hold one reward per response ({B}), got shape "
+                             f"{tuple(score.shape)}")
+        scores.append(score + 0.0)  # a row's sum: -0.0 adds up to 0.0
+    weights = _config_get(config, "gdpo_reward_weights")
+    weights = [1.0] * len(keys) if weights is None else [float(w) for w in weights]
+    if len(weights) < len(keys):
+        raise ValueError(f"{fn}: config.gdpo_reward_weights must hold a weight for each of the {len(keys)} "
+                         f"gdpo_reward_keys, got {len(weights)}")
+    # verl makes the weights a float32 tensor: each weight rounded to float32
+    return scores, [float(np.float32(w)) for w in weights[:len(keys)]]
+
+
+def _config_get(config, key: str):
+    """``config.get(key)`` as verl reads it (an ``AlgoConfig``, an OmegaConf or plain dict, or
+    an object with the attribute); None where absent."""
+    if isinstance(config, Mapping) or hasattr(config, "get"):
+        return config.get(key, None)
+    return getattr(config, key, None)
+
+
+# ----------------------------------------------------------------------------- optimal token baselines
+
+
+def compute_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                                             old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor,
+                                             rollout_is_weights: torch.Tensor | None = None,
+                                             handle_zero_tail: bool = True, epsilon: float = 1e-8, **kwargs):
+    """verl's ``compute_optimal_token_baseline_advantage``: ``((G − b) · m, G)``, the group's
+    baseline ``b_t = Σ_g G_t W_t m_t / (Σ_g W_t m_t + ε)`` at each position ``t``
+    (:mod:`rlscan.adapters._verl_token_baseline` states it in full). Other keyword
+    arguments are accepted and ignored, as verl does."""
+    return _token_baseline(token_level_rewards, response_mask, index, old_log_probs, sum_pi_squared,
+                           rollout_is_weights, handle_zero_tail, epsilon, multi_turn=False)
+
+
+def compute_multi_turn_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor,
+                                                        response_mask: torch.Tensor, index,
+                                                        old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor,
+                                                        rollout_is_weights: torch.Tensor | None = None,
+                                                        handle_zero_tail: bool = True, epsilon: float = 1e-8,
+                                                        **kwargs):
+    """verl's ``compute_multi_turn_optimal_token_baseline_advantage`` (``tir_optimal_token_baseline``):
+    as :func:`compute_optimal_token_baseline_advantage`, with the group's responses aligned by
+    the rank of their kept tokens instead of the position, and responses without a kept
+    token left out of their group."""
+    return _token_baseline(token_level_rewards, response_mask, index, old_log_probs, sum_pi_squared,
+                           rollout_is_weights, handle_zero_tail, epsilon, multi_turn=True)
+
+
+def _token_baseline(rewards, mask, index, old_log_probs, sum_pi_squared, rollout_is_weights, handle_zero_tail,
+                    epsilon, multi_turn: bool):
+    _common.check_rows("token_level_rewards", rewards)
+    _common.check_mask("response_mask", mask, rewards.shape, rewards.device)
+    _common.check_rows("old_log_probs", old_log_probs, rewards.shape, rewards.device)
+    _common.check_rows("sum_pi_squared", sum_pi_squared, rewards.shape, rewards.device)
+    if rollout_is_weights is not None:
+        _common.check_rows("rollout_is_weights", rollout_is_weights, rewards.shape, rewards.device)
+    _common.check_bool("handle_zero_tail", handle_zero_tail)
+    eps = _common.check_float("epsilon", epsilon)
+    if index is None:
+        raise ValueError("index (each response's group: the prompt's uid) is required by the optimal token baselines")
+    ids, n_groups = _verl_groups.group_ids(index, len(rewards), rewards.device)
+    with torch.no_grad():
+        return _verl_token_baseline.token_baseline(rewards, mask, ids, n_groups, old_log_probs, sum_pi_squared,
+                                                   rollout_is_weights, handle_zero_tail, eps, multi_turn)
+
+
 # ----------------------------------------------------------------------------- shared steps
 
 
 def _scores(rewards, mask, index):
     """``(s, groups)``: each response's score, summed as verl sums it, and the groups of ``index``."""
+    _check_outcome(rewards, mask)
+    scores = rewards.sum(dim=-1)
+    return scores, _groups(index, len(scores), scores.device)
+
+
+def _check_outcome(rewards, mask) -> None:
     # the mask's 0/1 values are checked where the advantages are written over it (_broadcast)
     _check_tokens(rewards, mask, mask_values=False)
     if rewards.dim() != 2:
         raise ValueError(f"token_level_rewards must be (bs, response_length), got shape {tuple(rewards.shape)}")
+
+
+def _groups(index, n: int, device):
     if index is None:
         raise ValueError("index (each response's group: the prompt's uid) is required by the outcome estimators")
-    scores = rewards.sum(dim=-1)
-    return scores, _verl_groups.groups(index, len(scores), scores.device)
+    return _verl_groups.groups(index, n, device)
 
 
 def _mean_and_std(groups, scores, std: bool = True):
@@ -259,6 +403,23 @@ def _mean_and_std(groups, scores, std: bool = True):
     if not std:
         return mean, None
     return mean, var.sqrt_().masked_fill_(single, 1).to(scores.dtype)
+
+
+def _whitened_rows(x: torch.Tensor, mask, fn: str) -> torch.Tensor:
+    """``masked_whiten(x · m, m)`` of one value per response, ``x``: ``[B]``, as ``[B]`` values
+    in ``x``'s dtype (each response's kept tokens all hold it). The statistics come from each
+    response's count of kept tokens ``ℓ`` in float64: ``n = Σ ℓ``, ``μ = Σ ℓ x / n`` and
+    ``σ² = Σ ℓ (x − μ)² / (n − 1)``; the ``[B, T]`` product is never formed."""
+    kept = _kept_per_row(mask)
+    n = kept.sum()
+    if n < 2:
+        raise ValueError(f"{fn} needs at least two tokens with response_mask = 1 for the whitening's variance, "
+                         f"got {int(n)}")
+    wide = x.to(torch.float64)
+    mu = (kept * wide).sum() / n
+    var = (kept * (wide - mu) ** 2).sum() / (n - 1)
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return ((x.to(compute) - mu.to(compute)) * torch.rsqrt(var + 1e-8).to(compute)).to(x.dtype)
 
 
 def _kept_per_row(mask) -> torch.Tensor:
@@ -410,6 +571,12 @@ _ESTIMATORS = {
     "RLOO": ("rloo", "compute_rloo_outcome_advantage", compute_rloo_outcome_advantage),
     "OPO": ("opo", "compute_opo_outcome_advantage", compute_opo_outcome_advantage),
     "GPG": ("gpg", "compute_gpg_outcome_advantage", compute_gpg_outcome_advantage),
+    "GDPO": ("gdpo", "compute_gdpo_outcome_advantage", compute_gdpo_outcome_advantage),
+    "OPTIMAL_TOKEN_BASELINE": ("optimal_token_baseline", "compute_optimal_token_baseline_advantage",
+                               compute_optimal_token_baseline_advantage),
+    "TIR_OPTIMAL_TOKEN_BASELINE": ("tir_optimal_token_baseline",
+                                   "compute_multi_turn_optimal_token_baseline_advantage",
+                                   compute_multi_turn_optimal_token_baseline_advantage),
 }
 _ABSENT = object()  # an attribute or registry entry that was not there before patch()
 # (where, name) -> (what patch() replaced, rlscan's function put there): where is "attr" for
@@ -467,7 +634,8 @@ def _put(core_algos, place, value) -> None:
 
 def patch(*, exact: bool = False) -> None:
     """Make verl's estimators rlscan's: ``gae``, ``reinforce_plus_plus``, ``grpo``,
-    ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``opo`` and ``gpg``.
+    ``grpo_passk``, ``reinforce_plus_plus_baseline``, ``rloo``, ``opo``, ``gpg``, ``gdpo``,
+    ``optimal_token_baseline`` and ``tir_optimal_token_baseline``.
 
     Args:
         exact: on the GPU, the token estimators run one step at a time in verl's order (the

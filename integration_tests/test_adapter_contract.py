@@ -149,7 +149,8 @@ def test_verl_round_trip():
     verl = adapter("verl")
     core_algos = pytest.importorskip("verl.trainer.ppo.core_algos",
                                      reason="verl is not installed (the README's test command installs verl==0.9.1)")
-    names = ("gae", "reinforce_plus_plus", "grpo", "grpo_passk", "reinforce_plus_plus_baseline", "rloo", "opo", "gpg")
+    names = ("gae", "reinforce_plus_plus", "grpo", "grpo_passk", "reinforce_plus_plus_baseline", "rloo", "opo", "gpg",
+             "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline")
     functions = [name for name in verl.__all__ if name.startswith("compute_")]
     assert len(functions) == len(names)
 

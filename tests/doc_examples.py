@@ -185,9 +185,16 @@ def _rllib(ns: dict) -> None:
 
 def _verl(ns: dict) -> None:
     gen = torch.Generator().manual_seed(0)
+    mask = (torch.arange(T) < torch.tensor([[T], [T - 2], [2]])).long()
+    log_probs = -torch.rand(N, T, generator=gen)
     ns.update(token_level_rewards=_randn(N, T, gen=gen), values=_randn(N, T, gen=gen, dtype=torch.bfloat16),
-              response_mask=(torch.arange(T) < torch.tensor([[T], [T - 2], [2]])).long(), gamma=1.0, lam=0.95,
-              config=SimpleNamespace(gamma=1.0), index=np.array(["uid-0", "uid-0", "uid-1"], dtype=object))
+              response_mask=mask, gamma=1.0, lam=0.95,
+              config=SimpleNamespace(gamma=1.0), index=np.array(["uid-0", "uid-0", "uid-1"], dtype=object),
+              old_log_probs=log_probs, sum_pi_squared=log_probs.exp() ** 2 + 0.1, rollout_is_weights=torch.ones(N, T),
+              algo_config={"gdpo_reward_keys": ["format_reward", "accuracy_reward"]},
+              non_tensor_batch={"format_reward": np.array([1.0, 0.0, 1.0]), "accuracy_reward": np.array([0, 1, 1])},
+              batch={"prompts": torch.zeros(N, 2, dtype=torch.int64),
+                     "attention_mask": torch.cat([torch.ones(N, 2, dtype=torch.int64), mask], dim=1)})
 
 
 def _openrlhf(ns: dict) -> None:
@@ -343,6 +350,7 @@ COMMAND_FRAMEWORKS = (
 #: CPU for minutes
 DRY_TOOLS = ("tools/areal_cpu_timing.py", "tools/cpu_rows_timing.py", "tools/dual_lambda_timing.py",
              "tools/openrlhf_timing.py", "tools/packed_timing.py", "tools/sharded_timing.py", "tools/skyrl_cpu_timing.py",
+             "tools/verl_v1_keys_timing.py",
              "tools/verl_timing.py")
 
 

@@ -10,6 +10,7 @@ path); the whitened advantages and the outcome estimators differ from verl's onl
 rounding of their float32 statistics, which rlscan sums in float64 (:func:`assert_rounding`
 bounds each element by the magnitudes the statistic's rounding scales).
 """
+import collections
 import sys
 import types
 from types import SimpleNamespace
@@ -17,10 +18,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rlscan
-from rlscan.adapters import verl
-from rlscan_testing import path_for
+from rlscan.adapters import _verl_token_baseline, verl
+from rlscan_testing import count_example, path_for
 
 EPS32 = float(torch.finfo(torch.float32).eps)
 
@@ -346,6 +349,286 @@ def test_group_estimators_refuse_a_mask_of_other_values(name, rows):
         fn(r, m, groups_of(len(r), 7, sizes=(2, 3)), config={"norm_adv_by_std_in_grpo": True})
 
 
+# ----------------------------------------------------------------------------- optimal token baselines
+
+
+def token_baseline_batch(seed, B, T, sizes, mask_dtype, dtype, with_weights):
+    """verl's inputs to the optimal token baselines: responses of a few lengths (ties and a
+    unique longest alike), some empty, observation spans in every third; rewards on the
+    masked tokens too (verl multiplies them away); ``old_log_probs`` of ``π`` and
+    ``sum_pi_squared`` at least ``π²`` (``w ≥ 0``, as from a real distribution)."""
+    g = torch.Generator().manual_seed(seed)
+    choices = torch.tensor([0, T // 3, T // 2, T, T])
+    lengths = choices[torch.randint(0, len(choices), (B,), generator=g)]
+    t = torch.arange(T)
+    m = t[None] < lengths[:, None]
+    for b in range(0, B, 3):
+        start = int(torch.randint(0, T, (1,), generator=g))
+        m[b, start:start + int(torch.randint(1, T // 4 + 2, (1,), generator=g))] = False
+    r = torch.randn(B, T, generator=g) * 0.05
+    r[torch.arange(B), (lengths - 1).clamp(min=0)] += torch.randn(B, generator=g)
+    lp = -torch.rand(B, T, generator=g) * 4
+    pi = lp.exp()
+    sp = pi * pi + (1 - pi) ** 2 * torch.rand(B, T, generator=g)
+    iw = (torch.rand(B, T, generator=g) * 2) if with_weights else None
+    index = groups_of(B, seed, sizes=sizes)
+    cast = (lambda x: x.to(dtype)) if dtype is not None else (lambda x: x)
+    return cast(r), m.to(mask_dtype), index, cast(lp), cast(sp), None if iw is None else cast(iw)
+
+
+def _token_baseline_terms(returns, index, m):
+    """What the float32 rounding of a group's sums scales: the group's size times its
+    largest return (the baseline is a weighted mean of the returns)."""
+    out = torch.empty(len(returns), 1, dtype=torch.float64)
+    G = returns.double().abs() * (m != 0)
+    for i, label in enumerate(index):
+        members = [j for j, x in enumerate(index) if x == label]
+        out[i] = len(members) * float(G[members].max())
+    return out
+
+
+def _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, zero_tail, epsilon):
+    """rlscan's estimator against verl's on the same inputs: the returns bit for bit; the
+    advantages within the float32 rounding of the group sums, and bit for bit where every
+    group has at most 3 responses (each torch reduction then adds in order); NaN alike."""
+    name = ("compute_multi_turn_optimal_token_baseline_advantage" if multi_turn
+            else "compute_optimal_token_baseline_advantage")
+    kwargs = dict(rollout_is_weights=iw, handle_zero_tail=zero_tail, epsilon=epsilon)
+    adv, ret = getattr(verl, name)(r, m, index, lp, sp, **kwargs)
+    want_adv, want_ret = getattr(core_algos, name)(r, m, index, lp, sp, **kwargs)
+    assert adv.dtype == want_adv.dtype and ret.dtype == want_ret.dtype
+    assert torch.equal(ret, want_ret)
+    assert torch.equal(adv.isnan(), want_adv.isnan())
+    adv, want_adv = adv.nan_to_num(), want_adv.nan_to_num()
+    if max(collections.Counter(index).values(), default=0) <= 3:
+        assert torch.equal(adv, want_adv), float((adv - want_adv).abs().max())
+    if adv.numel():
+        assert_rounding(adv, want_adv, _token_baseline_terms(want_ret, index, m), k=4)
+
+
+@pytest.mark.parametrize("form", ["rows", "tensors"])
+@pytest.mark.parametrize("multi_turn", [False, True])
+@given(data=st.data())
+@settings(max_examples=10)
+def test_optimal_token_baselines_are_verls(core_algos, form, multi_turn, data):
+    """Both estimators, every option, on each form: the CPU loop (float32 rows contiguous in
+    time, an integer or bool mask) and the torch form (the GPU's; on the CPU for other
+    dtypes and layouts)."""
+    count_example("test_optimal_token_baselines_are_verls")
+    B, T = data.draw(st.integers(1, 12), "B"), data.draw(st.integers(1, 24), "T")
+    sizes = data.draw(st.sampled_from([(1, 2, 3), (2, 3, 5), (4, 8), (1, 2, 9)]), "sizes")
+    if form == "rows":
+        mask_dtypes, dtypes, layouts = [torch.int64, torch.bool, torch.int32], [torch.float32], ["rows"]
+    else:
+        mask_dtypes, dtypes = [torch.int64, torch.bool, torch.float32, torch.float64], [torch.float32, torch.float64]
+        layouts = ["rows", "time first"]
+    mask_dtype = data.draw(st.sampled_from(mask_dtypes), "mask_dtype")
+    dtype = data.draw(st.sampled_from(dtypes), "dtype")
+    layout = data.draw(st.sampled_from(layouts), "layout")
+    r, m, index, lp, sp, iw = token_baseline_batch(data.draw(st.integers(0, 999), "seed"), B, T, sizes, mask_dtype,
+                                                   dtype, data.draw(st.booleans(), "rollout_is_weights"))
+    if layout == "time first":  # the same values laid out time first in memory
+        r, lp, sp = (x.t().contiguous().t() for x in (r, lp, sp))
+    if form == "tensors" and _verl_token_baseline._rows_apply(r, m, lp, sp, iw):  # a row or a step: contiguous
+        r, lp, sp, iw = (None if x is None else x.double() for x in (r, lp, sp, iw))
+    assert _verl_token_baseline._rows_apply(r, m, lp, sp, iw) == (form == "rows")
+    _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, data.draw(st.booleans(), "zero_tail"),
+                          data.draw(st.sampled_from([1e-8, 1e-3, 0.0]), "epsilon"))  # 0: 0/0 where none is kept
+
+
+@pytest.mark.parametrize("form", ["rows", "tensors"])
+@pytest.mark.parametrize("multi_turn", [False, True])
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_optimal_token_baseline_groups(core_algos, form, multi_turn, zero_tail):
+    """The groups each rule singles out: one response with tokens beside empty ones (a group
+    of one for the multi-turn estimator), a tie for the longest, a unique longest, a group of
+    one, an all-empty group; verl's numbers bit for bit (groups of at most 3)."""
+    T = 12
+    lengths = [7, 0, 0, 9, 9, 4, 11, 3, 6, 0, 0]
+    index = np.array(["a", "a", "a", "b", "b", "b", "c", "c", "d", "e", "e"], dtype=object)
+    m = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+    m[6, 2:5] = 0  # an observation span: the multi-turn estimator aligns ranks, not positions
+    r, _, _, lp, sp, iw = token_baseline_batch(1, len(lengths), T, (2,), torch.int64, None, True)
+    if form == "tensors":
+        r, lp, sp, iw = r.double(), lp.double(), sp.double(), iw.double()
+    _check_token_baseline(core_algos, multi_turn, r, m, index, lp, sp, iw, zero_tail, 1e-8)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0)])
+def test_optimal_token_baselines_of_nothing(core_algos, shape):
+    r, lp, sp = torch.randn(shape), -torch.rand(shape), torch.rand(shape)
+    m = torch.ones(shape, dtype=torch.int64)
+    for multi_turn in (False, True):
+        _check_token_baseline(core_algos, multi_turn, r, m, np.array(["a"] * shape[0], dtype=object), lp, sp, None,
+                              True, 1e-8)
+
+
+def test_group_sums_add_in_torchs_order():
+    """The CPU loop's group sums are torch's ``sum(dim=0)`` bit for bit (its ``multi_row_sum``
+    order), from one response to groups large enough for every level of its cascade."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("the order is checked against torch's x86 kernels")
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 5, 16, 17, 40, 256, 300, 4097):
+        x = torch.randn(n, 64, generator=g) * torch.rand(n, 64, generator=g) ** 4 * 1000
+        out = np.empty(64, np.float32)
+        _verl_token_baseline._tree_sums(x.numpy(), n, 64, np.empty((4, 64), np.float32), out)
+        assert torch.equal(torch.from_numpy(out), x.sum(dim=0)), n
+
+
+@pytest.mark.parametrize("multi_turn", [False, True])
+def test_optimal_token_baselines_on_threads(core_algos, monkeypatch, multi_turn):
+    """The CPU loop's groups split between threads (as on a large batch: its first call), and
+    all on the calling thread (its second), give the same bits."""
+    monkeypatch.setattr(_verl_token_baseline, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(_verl_token_baseline, "_ways_of", collections.OrderedDict())
+    r, m, index, lp, sp, iw = token_baseline_batch(5, 40, 33, (2, 3, 5), torch.int64, None, True)
+    name = ("compute_multi_turn_optimal_token_baseline_advantage" if multi_turn
+            else "compute_optimal_token_baseline_advantage")
+    want_adv, want_ret = getattr(core_algos, name)(r, m, index, lp, sp, iw)
+    first, second = (getattr(verl, name)(r, m, index, lp, sp, iw) for _ in range(2))
+    # one batch, run once each way (none where numba has one thread)
+    assert [ways.runs for ways in _verl_token_baseline._ways_of.values()] == \
+        ([[1, 1]] if _verl_token_baseline._threads() > 1 else [])
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert torch.equal(first[1], want_ret)
+    assert_rounding(first[0], want_adv, _token_baseline_terms(want_ret, index, m), k=4)
+
+
+@pytest.mark.parametrize("form", ["rows", "tensors"])
+@pytest.mark.parametrize("multi_turn", [False, True])
+@pytest.mark.parametrize("mask_dtype, value, at", [(torch.int64, 2, 4), (torch.int64, -1, 9), (torch.int32, 256, 0),
+                                                   (torch.int16, 3, 9), (torch.int16, 256, 9), (torch.uint8, 255, 8)])
+def test_optimal_token_baseline_refuses_other_mask_values(form, multi_turn, mask_dtype, value, at):
+    """The CPU loop reads the mask as bytes: a value whose low byte is 0 or 1 but another is
+    not (256), and one in the bytes after the row's last 8-byte word (10 tokens of 2 bytes
+    or 1), are refused as any other."""
+    r, m, index, lp, sp, _ = token_baseline_batch(3, 6, 10, (2, 3), mask_dtype, None, False)
+    m[2, at] = value
+    if form == "tensors":
+        r, lp, sp = r.double(), lp.double(), sp.double()
+    fn = (verl.compute_multi_turn_optimal_token_baseline_advantage if multi_turn
+          else verl.compute_optimal_token_baseline_advantage)
+    with pytest.raises(ValueError, match="response_mask must hold only 0 and 1"):
+        fn(r, m, index, lp, sp)
+
+
+def test_optimal_token_baseline_bad_input():
+    r, m, index, lp, sp, _ = token_baseline_batch(3, 6, 10, (2, 3), torch.int64, None, False)
+    fn = verl.compute_optimal_token_baseline_advantage
+    with pytest.raises(ValueError, match="sum_pi_squared must have the shape"):
+        fn(r, m, index, lp, sp[:, :-1])
+    with pytest.raises(TypeError, match="old_log_probs must be a floating tensor"):
+        fn(r, m, index, lp.long(), sp)
+    with pytest.raises(TypeError, match="rollout_is_weights must be a torch.Tensor"):
+        fn(r, m, index, lp, sp, rollout_is_weights=1.0)
+    with pytest.raises(TypeError, match="handle_zero_tail must be a bool"):
+        fn(r, m, index, lp, sp, handle_zero_tail=1)
+    with pytest.raises(TypeError, match="epsilon must be a float"):
+        fn(r, m, index, lp, sp, epsilon="1e-8")
+    with pytest.raises(ValueError, match="index .* is required"):
+        fn(r, m, None, lp, sp)
+    with pytest.raises(ValueError, match="one group label per response"):
+        fn(r, m, index[:-1], lp, sp)
+    with pytest.raises(ValueError, match="token_level_rewards must be"):
+        fn(r[0], m[0], index, lp[0], sp[0])
+
+
+# ----------------------------------------------------------------------------- GDPO
+
+
+def gdpo_inputs(seed, B, T, mask_dtype, keys, prompt_length=5):
+    """verl's trainer's GDPO arguments: per-key rewards in ``non_tensor_batch`` (float and
+    integer arrays, a -0.0 among them), ``batch`` with the prompts and the attention mask
+    (an empty response's reward sits at its last column, as verl's index -1 puts it)."""
+    r, _, m = batch(B, T, seed=seed, mask_dtype=mask_dtype)
+    r = r * (m != 0)
+    rng = np.random.default_rng(seed)
+    lengths = (m != 0).long().sum(-1)
+    attention = torch.cat([torch.ones(B, prompt_length, dtype=torch.int64),
+                           (torch.arange(T)[None] < lengths[:, None]).long()], dim=1)
+    non_tensor = {"uid": groups_of(B, seed), "acc": rng.integers(0, 2, B), "fmt": rng.normal(size=B),
+                  "len": -rng.random(B)}
+    non_tensor["fmt"][0] = -0.0
+    tensors = {"prompts": torch.zeros(B, prompt_length, dtype=torch.int64), "attention_mask": attention}
+    return r, m, non_tensor["uid"], non_tensor, tensors
+
+
+@given(data=st.data())
+@settings(max_examples=25)
+def test_gdpo_is_verls(core_algos, data):
+    """verl's GDPO (its own GRPO per reward key, then ``masked_whiten``) on the same inputs,
+    with every option: the reward keys and weights from each kind of config, or the token
+    rewards alone; within the float32 rounding of verl's statistics."""
+    from omegaconf import OmegaConf
+
+    from verl.trainer.config import AlgoConfig
+
+    count_example("test_gdpo_is_verls")
+    B, T = data.draw(st.integers(2, 24), "B"), data.draw(st.integers(1, 20), "T")
+    mask_dtype = data.draw(st.sampled_from([torch.int64, torch.bool, torch.float32, torch.float64]), "mask_dtype")
+    keys = data.draw(st.sampled_from([None, ["acc"], ["acc", "fmt", "len"]]), "keys")
+    weights = None if keys is None else data.draw(st.sampled_from([None, [0.3, 1.7, 1.0, 5.0][:len(keys)]]),
+                                                  "weights")
+    kind = data.draw(st.sampled_from(["AlgoConfig", "dict", "DictConfig"]), "config")
+    norm = data.draw(st.booleans(), "norm_adv_by_std_in_grpo")
+    epsilon = data.draw(st.sampled_from([1e-6, 0.1]), "epsilon")
+    r, m, index, non_tensor, tensors = gdpo_inputs(data.draw(st.integers(0, 999), "seed"), B, T, mask_dtype, keys)
+    if int((m != 0).sum()) < 2:
+        return
+    kwargs = dict(epsilon=epsilon, norm_adv_by_std_in_grpo=norm)
+    if keys is not None:
+        fields = dict(gdpo_reward_keys=keys, gdpo_reward_weights=weights)
+        config = {"AlgoConfig": lambda: AlgoConfig(**fields), "dict": lambda: fields,
+                  "DictConfig": lambda: OmegaConf.create(fields)}[kind]()
+        kwargs.update(config=config, non_tensor_batch=non_tensor, batch=tensors)
+    got = verl.compute_gdpo_outcome_advantage(r, m, index, **kwargs)
+    want = core_algos.compute_gdpo_outcome_advantage(r, m, index, **kwargs)
+    assert got[0] is got[1] and got[0].dtype == want[0].dtype
+    rewards = [r.sum(-1)] if keys is None else [torch.tensor(non_tensor[k], dtype=torch.float32) for k in keys]
+    assert_rounding(got[0], want[0], _gdpo_terms(rewards, weights or [1.0] * len(rewards), index, m, norm, epsilon))
+
+
+def _gdpo_terms(rewards, weights, index, m, norm, epsilon):
+    """What the float32 rounding of verl's statistics scales in GDPO's advantages: each
+    GRPO advantage's ``(|s| + |μ|) / (σ + ε)``, weighted, and the whitening's, over the
+    whitening's ``σ``."""
+    x = torch.zeros(len(index), 1, dtype=torch.float64)
+    terms = torch.zeros(len(index), 1, dtype=torch.float64)
+    for w, s in zip(weights, rewards):
+        scale = (lambda g: _std(g) + epsilon) if norm else (lambda g: 1.0)
+        x += w * _group_terms(s, index, lambda g, v: (v - _mean(g)) / scale(g))
+        terms += abs(w) * _group_terms(s, index, lambda g, v: (v.abs() + _mean(g).abs()) / scale(g))
+    kept = x.expand(m.shape)[m != 0]
+    spread = (kept.var() + 1e-8).sqrt()
+    return (terms + x.abs() + kept.mean().abs()) / spread
+
+
+def test_gdpo_errors():
+    r, m, index, non_tensor, tensors = gdpo_inputs(1, 8, 6, torch.int64, None)
+    fn = verl.compute_gdpo_outcome_advantage
+    with pytest.raises(ValueError, match="needs config.gdpo_reward_keys"):
+        fn(r, m, index, config={"gdpo_reward_keys": None}, non_tensor_batch=non_tensor, batch=tensors)
+    with pytest.raises(ValueError, match="'nope' is not in non_tensor_batch"):
+        fn(r, m, index, config={"gdpo_reward_keys": ["acc", "nope"]}, non_tensor_batch=non_tensor, batch=tensors)
+    with pytest.raises(ValueError, match="a weight for each of the 2"):
+        fn(r, m, index, config={"gdpo_reward_keys": ["acc", "fmt"], "gdpo_reward_weights": [1.0]},
+           non_tensor_batch=non_tensor, batch=tensors)
+    with pytest.raises(ValueError, match="one reward per response"):
+        fn(r, m, index, config={"gdpo_reward_keys": ["x"]}, non_tensor_batch={"x": np.zeros(3)}, batch=tensors)
+    wide = dict(tensors, attention_mask=torch.ones(8, 5 + 7, dtype=torch.int64))  # 7 response tokens of 6
+    with pytest.raises(ValueError, match="counts more than the 6 tokens"):
+        fn(r, m, index, config={"gdpo_reward_keys": ["acc"]}, non_tensor_batch=non_tensor, batch=wide)
+    with pytest.raises(TypeError, match="norm_adv_by_std_in_grpo must be a bool"):
+        fn(r, m, index, norm_adv_by_std_in_grpo=None)
+    with pytest.raises(ValueError, match="at least two tokens"):
+        fn(r, torch.zeros_like(m), index)
+    m = m.clone()
+    m[1, 1] = 3
+    with pytest.raises(ValueError, match="response_mask must hold only 0 and 1"):
+        fn(r, m, index)
+
+
 # ----------------------------------------------------------------------------- inputs
 
 
@@ -394,25 +677,6 @@ def test_patch_registers(patched):
     adv, ret = core_algos.get_adv_estimator_fn(est.GAE)(token_level_rewards=r, values=v, response_mask=m, gamma=0.99,
                                                         lam=0.95)
     assert torch.equal(ret, originals["gae"](r, v, m, 0.99, 0.95)[1])
-
-
-def test_patched_gdpo_runs_rlscans_grpo(patched, monkeypatch):
-    """verl's GDPO calls ``compute_grpo_outcome_advantage`` from ``core_algos`` (as its trainer
-    does for GRPO): once patched, that is rlscan's."""
-    core_algos = patched
-    r, _, m = batch(B=16, T=40, seed=11)
-    r = r * (m != 0)
-    index = groups_of(16, 11, sizes=(4,))
-    want = core_algos.compute_gdpo_outcome_advantage(r, m, index)
-    calls = []
-    grpo = verl.compute_grpo_outcome_advantage
-    monkeypatch.setattr(verl, "compute_grpo_outcome_advantage", lambda *a, **k: calls.append(1) or grpo(*a, **k))
-    monkeypatch.setitem(verl._ESTIMATORS, "GRPO", ("grpo", "compute_grpo_outcome_advantage",
-                                                   verl.compute_grpo_outcome_advantage))
-    verl.patch()
-    got = core_algos.compute_gdpo_outcome_advantage(r, m, index)
-    assert calls == [1]
-    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
 
 
 def test_patch_without_verl(monkeypatch):

@@ -4,6 +4,7 @@ floor measured in the same run. Run through ``tools/verl_timing.py --cpu``::
 
     python tools/verl_timing.py --cpu                 # every shape (a few minutes)
     python tools/verl_timing.py --cpu --quick         # 256 x 4096, 64 x 32768 and the groups
+    python tools/verl_timing.py --cpu --baselines     # only the token baselines and GDPO
     python tools/verl_timing.py --cpu --dry           # tiny shapes: checks the script
 
 What it measures:
@@ -16,6 +17,13 @@ What it measures:
   ``LOOP_T`` (a batch of its own) and scaled by ``T / LOOP_T`` (the table says so);
 * the outcome estimators (GRPO, pass@k, RLOO, OPO, GPG, REINFORCE++-baseline) at 8192
   responses x 2048 tokens in groups of 16 (uids as verl makes them, strings);
+* the optimal token baselines (``optimal_token_baseline``, ``tir_optimal_token_baseline``,
+  with ``rollout_is_weights``) and GDPO (on the token rewards) at 512 x 4096 and
+  64 x 32768 in groups of 8 (``BASELINE_SHAPES``; float32 log-probabilities and
+  ``sum_pi_squared``), verl's functions timed whole; the table gives the largest difference
+  of rlscan's advantages from verl's (the returns must be equal). Their copy floor is a
+  ``Tensor.copy_`` that moves the same bytes, timed in the same rounds as rlscan (its
+  median), so that both see the same load;
 * correctness first, on the batch (or its timed prefix): rlscan's returns against verl's
   (GAE's against verl's on the bf16 values widened to float32, which rlscan computes), and
   the advantages to float32's rounding; a wrong result is marked BAD and the exit code is 1;
@@ -52,6 +60,8 @@ DRY = "--dry" in sys.argv
 QUICK = "--quick" in sys.argv
 SHAPES = [(4, 64), (2, 256)] if DRY else [(256, 4096), (64, 32768)] + ([] if QUICK else [(16, 131072), (256, 131072)])
 GROUPS = (64, 32, 4) if DRY else (8192, 2048, 16)
+BASELINES = "--baselines" in sys.argv
+BASELINE_SHAPES = [(16, 64, 8), (4, 256, 2)] if DRY else [(512, 4096, 8), (64, 32768, 8)]
 LOOP_T = 64 if DRY else 32768
 CALLS, LOOP_CALLS = (3, 1) if DRY else (20, 3)
 GAMMA, LAM = 1.0, 0.95
@@ -161,30 +171,94 @@ def group_rows() -> list:
     return rows
 
 
+BASELINE_ESTIMATORS = {
+    # name: (function name, floor bytes per token: inputs read once, outputs written once)
+    "optimal_token_baseline": ("compute_optimal_token_baseline_advantage", 4 + 8 + 3 * 4 + 2 * 4),
+    "tir_optimal_token_baseline": ("compute_multi_turn_optimal_token_baseline_advantage", 4 + 8 + 3 * 4 + 2 * 4),
+    "gdpo": ("compute_gdpo_outcome_advantage", 4 + 8 + 4),  # one tensor, returned twice
+}
+
+
+def baseline_inputs(B, T, size):
+    """:func:`make`'s responses, with the actor's float32 ``old_log_probs`` (of ``π``),
+    ``sum_pi_squared`` (at least ``π²``) and truncated ``rollout_is_weights``."""
+    r, _, m = make(B, T, seed=2)
+    g = torch.Generator().manual_seed(3)
+    lp = -torch.rand(B, T, generator=g) * 4
+    pi = lp.exp()
+    sp = pi * pi + (1 - pi) ** 2 * torch.rand(B, T, generator=g)
+    iw = (1 + 0.2 * torch.randn(B, T, generator=g)).clamp(0, 2)
+    uids = [str(uuid.UUID(int=i)) for i in range(B // size)]
+    index = np.array([uids[i // size] for i in range(B)], dtype=object)
+    return r, m, index, lp, sp, iw
+
+
+def copy_of(nbytes: int):
+    """A torch copy that moves ``nbytes`` (reads half, writes half): the floor of a call
+    that moves them, timed in the same rounds as the call."""
+    src = torch.rand(nbytes // 8)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def baseline_rows(B, T, size) -> list:
+    r, m, index, lp, sp, iw = baseline_inputs(B, T, size)
+    args = {"optimal_token_baseline": (r, m, index, lp, sp, iw), "tir_optimal_token_baseline": (r, m, index, lp, sp, iw),
+            "gdpo": (r, m, index)}
+    fns, ok, diff = {}, {}, {}
+    for name, (_, per_token) in BASELINE_ESTIMATORS.items():
+        fns[f"floor {name}"] = copy_of(B * T * per_token)
+    for name, (attr, _) in BASELINE_ESTIMATORS.items():
+        ours, theirs = getattr(verl, attr), getattr(core_algos, attr)
+        got, want = ours(*args[name]), theirs(*args[name])
+        diff[name] = float((got[0] - want[0]).abs().max())
+        ok[name] = close(got[0], want[0], float(want[0].abs().max())) and (name == "gdpo" or torch.equal(got[1], want[1]))
+        fns[f"verl {name}"] = lambda theirs=theirs, a=args[name]: theirs(*a)
+        fns[f"rlscan {name}"] = lambda ours=ours, a=args[name]: ours(*a)
+    times = timed(fns, {name: LOOP_CALLS if name.startswith("verl") else CALLS for name in fns})
+    rows = []
+    for name, (_, per_token) in BASELINE_ESTIMATORS.items():
+        ours, floor_s = times[f"rlscan {name}"], statistics.median(times[f"floor {name}"])
+        rows.append(dict(estimator=name, shape=f"{B} × {T} (groups of {size})", ok=ok[name], max_diff=diff[name],
+                         verl_s=statistics.median(times[f"verl {name}"]), scaled=False,
+                         rlscan_s=statistics.median(ours), p90=sorted(ours)[int(0.9 * (len(ours) - 1))],
+                         floor_s=floor_s, bandwidth=B * T * per_token / floor_s))
+    return rows
+
+
 def line(row) -> str:
     return (f"{row['estimator']:28s} {row['shape']:26s} {'ok' if row['ok'] else 'BAD'}  verl {1e3 * row['verl_s']:9.1f} ms"
             f"{' (scaled)' if row['scaled'] else ''}  rlscan {1e3 * row['rlscan_s']:7.2f} ms (p90 x"
             f"{row['p90'] / row['rlscan_s']:.2f})  x{row['verl_s'] / row['rlscan_s']:.0f} verl  floor "
-            f"{1e3 * row['floor_s']:.2f} ms ({row['bandwidth'] / 1e9:.1f} GB/s), x{row['rlscan_s'] / row['floor_s']:.2f}")
+            f"{1e3 * row['floor_s']:.2f} ms ({row['bandwidth'] / 1e9:.1f} GB/s), x{row['rlscan_s'] / row['floor_s']:.2f}"
+            + (f"  max |adv - verl's| {row['max_diff']:.3g}" if "max_diff" in row else ""))
+
+
+def verdict(row) -> str:
+    return ("ok" if row["ok"] else "BAD") + (f" (max \\|Δ\\| {row['max_diff']:.2g})" if "max_diff" in row else "")
 
 
 def main() -> int:
     print(f"torch threads {torch.get_num_threads()}, rlscan CPU threads {_cpu.cpu_threads()}",
           flush=True)
     rows = []
-    for B, T in SHAPES:
+    for B, T in [] if BASELINES else SHAPES:
         for row in token_rows(B, T):
             rows.append(row)
             print(line(row), flush=True)
-    for row in group_rows():
+    for row in [] if BASELINES else group_rows():
         rows.append(row)
         print(line(row), flush=True)
+    for B, T, size in BASELINE_SHAPES:
+        for row in baseline_rows(B, T, size):
+            rows.append(row)
+            print(line(row), flush=True)
     print()
     print("| estimator | B × T | ok | verl | rlscan (median) | p90 / median | × verl | copy floor | rlscan / floor |")
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         verl_ms = f"{1e3 * row['verl_s']:,.1f} ms" + (" *" if row["scaled"] else "")
-        print(f"| {row['estimator']} | {row['shape']} | {'ok' if row['ok'] else 'BAD'} | {verl_ms} "
+        print(f"| {row['estimator']} | {row['shape']} | {verdict(row)} | {verl_ms} "
               f"| {1e3 * row['rlscan_s']:.2f} ms | {row['p90'] / row['rlscan_s']:.2f} "
               f"| {row['verl_s'] / row['rlscan_s']:,.0f} | {1e3 * row['floor_s']:.2f} ms "
               f"| {row['rlscan_s'] / row['floor_s']:.2f} |")
