@@ -88,7 +88,9 @@ def test_every_call_of_the_ci_matrix_compiles_under_the_pinned_triton():
             (PINNED, ("--matrix", "ci", "--target", "sm_80", "--once-per-setting"))])
 
 
-@pytest.mark.parametrize("version", [v for v in VERSIONS if v != PINNED])
+# the range's two ends (the pinned one has its own test): a release between them has never
+# failed alone
+@pytest.mark.parametrize("version", [v for v in (VERSIONS[0], VERSIONS[-1]) if v != PINNED])
 def test_every_launch_setting_compiles(version):
     """Each launch setting the heuristic picks, once per target, and every call Triton 3.6.0 failed on."""
     _check([(version, ("--matrix", "ci", "--once-per-setting", "--target", target)) for target in ("sm_90", "sm_80")])

@@ -31,7 +31,7 @@ import rlscan  # noqa: E402
 from rlscan_testing import EXAMPLES, path_for  # noqa: E402
 
 _QUIET_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=_QUIET_CHECKS,
+settings.register_profile("ci", max_examples=20, deadline=None, suppress_health_check=_QUIET_CHECKS,
                           print_blob=True)
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=_QUIET_CHECKS,
                           print_blob=True)

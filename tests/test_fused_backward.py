@@ -60,9 +60,31 @@ def _problem(op, values="bootstrap", shape=(11, 3), dtype=torch.float64, coefs="
                         seed=seed, **kw)
 
 
-@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
-@pytest.mark.parametrize("config", KERNEL_CONFIGS)
-def test_kernel_paths(op, config):
+def _ops_on_each_config() -> list:
+    """(config, op) pairs in which every op meets every kernel kind and every config runs at
+    least two ops: the ops of a kind dealt round-robin over its configs. The op's code is the
+    same functions on every path, and the kind's code the same for every op, so the pairs
+    cover both without the full product (7 × 22 cases under the interpreter)."""
+    kinds: dict = {}
+    for name, config in KERNEL_CONFIGS.items():
+        kinds.setdefault(config["kind"], []).append(name)
+    pairs = []
+    for names in kinds.values():
+        slots = max(2, -(-len(FUSED_BACKWARD_OPS) // len(names)))
+        for i, name in enumerate(names):
+            pairs += [(name, FUSED_BACKWARD_OPS[(i * slots + k) % len(FUSED_BACKWARD_OPS)]) for k in range(slots)]
+    return pairs
+
+
+def test_each_op_meets_each_kernel_kind():
+    pairs = _ops_on_each_config()
+    for kind in {c["kind"] for c in KERNEL_CONFIGS.values()}:
+        assert {op for name, op in pairs if KERNEL_CONFIGS[name]["kind"] == kind} == set(FUSED_BACKWARD_OPS), kind
+    assert {name for name, _ in pairs} == set(KERNEL_CONFIGS)
+
+
+@pytest.mark.parametrize("config, op", _ops_on_each_config())
+def test_kernel_paths(config, op):
     """Every kernel path: tiles, single rows, stripes, and chunks (the adjoint's carry
     crosses chunk edges going forward in time)."""
     for values in ("bootstrap", "next"):
@@ -167,13 +189,12 @@ def _assert_cpu_loop_gradients(problem, output_grads=None):
         assert_close(grad, expected[name], grad.dtype, name)
 
 
-@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
-@pytest.mark.parametrize("values", ["bootstrap", "next", "none"])
+@pytest.mark.parametrize("op, values", [(op, values) for op in FUSED_BACKWARD_OPS for values in ("bootstrap", "next")]
+                         + [("discounted_returns", "none")])
 @pytest.mark.parametrize("coefs", ["tensor", "per_step", 0.9])
 def test_cpu_loops(op, values, coefs):
-    """Every source of the value after a step, per-step and scalar γ/λ."""
-    if values == "none" and op != "discounted_returns":
-        values = "bootstrap"
+    """Every source of the value after a step (none: discounted returns alone), per-step and
+    scalar γ/λ."""
     _assert_cpu_loop_gradients(_problem(op, values, shape=(13, 5), coefs=coefs, seed=21))
 
 
@@ -288,10 +309,15 @@ def _torch_forms_if(on: bool):
     return differentiating_torch_forms() if on else contextlib.nullcontext()
 
 
-@pytest.mark.parametrize("op", ["gae", "td_lambda", "vtrace", "retrace", "eligibility_traces"])
-@pytest.mark.parametrize("config, way", [(c, w) for w in ("exclusive", "reload")
-                                         for c in ("scan-tiles", "scan-one-tile", "scan-chunks", "chained-scan-words")
-                                         if not (w == "reload" and c == "chained-scan-words")])
+_STATE_IN_OPS = ("gae", "td_lambda", "vtrace", "retrace", "eligibility_traces")
+_STATE_IN_CONFIGS = [(c, w) for w in ("exclusive", "reload")
+                     for c in ("scan-tiles", "scan-one-tile", "scan-chunks", "chained-scan-words")
+                     if not (w == "reload" and c == "chained-scan-words")]
+
+
+# two ops a configuration, dealt in turn: every op meets both ways of carrying the state in
+@pytest.mark.parametrize("config, way, op", [(c, w, _STATE_IN_OPS[(2 * i + k) % len(_STATE_IN_OPS)])
+                                             for i, (c, w) in enumerate(_STATE_IN_CONFIGS) for k in range(2)])
 def test_state_carried_in_without_a_gather(op, config, way, monkeypatch):
     """Tiles that take the state carried into each step from an exclusive scan or read it
     back from the first output (on a GPU, tiles of many steps per warp; here every tile):

@@ -200,7 +200,7 @@ def bitwise_expected(types: Types) -> bool:
 
 
 @pytest.mark.parametrize("types", CASES, ids=str)
-@settings(max_examples=25)
+@settings(max_examples=max(5, settings.default.max_examples // 2))
 @given(data=st.data())
 def test_packed_is_the_padded_op(types, data):
     batch = data.draw(batches(types), label="batch")

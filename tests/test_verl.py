@@ -64,9 +64,10 @@ def assert_rounding(got, want, terms, k=16):
 
 
 def whitening_terms(x, m):
-    """What the whitening's float32 statistics scale: ``(|x| + |μ|) / σ`` over the batch."""
+    """What the whitening's float32 statistics scale: ``(|x| + mean|x|) / σ`` over the batch
+    (the mean's sum rounds with the size of its terms)."""
     kept = x.double()[m != 0]
-    return (x.double().abs() + kept.mean().abs()) / kept.std()
+    return (x.double().abs() + kept.abs().mean()) / kept.std()
 
 
 # ----------------------------------------------------------------------------- GAE
@@ -601,7 +602,7 @@ def _gdpo_terms(rewards, weights, index, m, norm, epsilon):
         terms += abs(w) * _group_terms(s, index, lambda g, v: (v.abs() + _mean(g).abs()) / scale(g))
     kept = x.expand(m.shape)[m != 0]
     spread = (kept.var() + 1e-8).sqrt()
-    return (terms + x.abs() + kept.mean().abs()) / spread
+    return (terms + x.abs() + kept.abs().mean()) / spread
 
 
 def test_gdpo_errors():
