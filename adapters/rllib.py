@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 import rlscan
+from rlscan._call import Call
 
-from . import _common
 from ._common import check_bool, check_clip, check_unit_float
 
 try:
@@ -271,45 +271,22 @@ def vtrace_torch(
     equal to RLlib's to float32 rounding. numpy arrays in give numpy arrays out, as
     :func:`rlscan.vtrace` does; a threshold is a float, a one-element tensor or ``None`` (no clip).
     """
+    # checked under RLlib's names, before rlscan.vtrace sees them under its own
+    call = Call("rewards", _detached(rewards), 0)
+    values = call.series("values", _detached(values), required=True)
+    target = call.series("target_action_log_probs", _detached(target_action_log_probs), required=True)
+    behaviour = call.series("behaviour_action_log_probs", _detached(behaviour_action_log_probs), required=True)
     if bootstrap_values is None:
         raise TypeError("bootstrap_values is required: one value per environment, got None")
-    # rlscan.vtrace checks its own arguments; the ratio is formed here, so its two log-probs first
-    log_rhos = _log_rhos(_detached(rewards), _detached(target_action_log_probs),
-                         _detached(behaviour_action_log_probs))
-    with _common.errors_as(gamma="discounts", bootstrap_value="bootstrap_values"):
-        out = rlscan.vtrace(
-            _detached(rewards), _detached(values), log_rhos, bootstrap_value=_detached(bootstrap_values),
-            gamma=_detached(discounts), lmbda=1.0, rho_clip=_threshold("clip_rho_threshold", clip_rho_threshold),
-            c_clip=1.0, pg_rho_clip=_threshold("clip_pg_rho_threshold", clip_pg_rho_threshold),
-            exact=check_bool("exact", exact),
-        )
+    bootstrap = call.batch("bootstrap_values", _detached(bootstrap_values))
+    discounts = call.coef("discounts", _detached(discounts))
+    out = rlscan.vtrace(
+        rewards if call.numpy_io else call.anchor, values, target - behaviour, bootstrap_value=bootstrap,
+        gamma=discounts.value if discounts.tensor is None else discounts.tensor, lmbda=1.0,
+        rho_clip=_threshold("clip_rho_threshold", clip_rho_threshold), c_clip=1.0,
+        pg_rho_clip=_threshold("clip_pg_rho_threshold", clip_pg_rho_threshold), exact=check_bool("exact", exact),
+    )
     return out.vs, out.pg_advantages
-
-
-def _log_rhos(rewards, target, behaviour) -> torch.Tensor:
-    """``target − behaviour`` as a tensor (numpy arrays wrapped without a copy), each checked
-    under RLlib's name as a floating array of the rewards' shape, on their device (torch would
-    broadcast mismatched shapes)."""
-    if not isinstance(rewards, (torch.Tensor, np.ndarray)):
-        raise TypeError(f"rewards must be a torch.Tensor or a numpy array, got {_common.kind(rewards)}")
-    device = rewards.device if isinstance(rewards, torch.Tensor) else torch.device("cpu")
-    pair = []
-    for name, x in (("target_action_log_probs", target), ("behaviour_action_log_probs", behaviour)):
-        if x is None:
-            raise TypeError(f"{name} is required: a floating tensor of rewards' shape, got None")
-        if isinstance(x, np.ndarray):
-            x = torch.from_numpy(x)
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor or a numpy array, got {_common.kind(x)}")
-        _common.check_dense(name, x)
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
-        if tuple(x.shape) != tuple(rewards.shape):
-            raise ValueError(f"{name} must have the shape of rewards, {tuple(rewards.shape)}, got {tuple(x.shape)}")
-        if x.device != device:
-            raise ValueError(f"{name} is on {x.device} but rewards is on {device}: all tensors must be on one device")
-        pair.append(x)
-    return pair[0] - pair[1]
 
 
 def _detached(x):

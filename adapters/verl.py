@@ -71,6 +71,8 @@ import torch
 
 import rlscan
 from rlscan import _cpu_rows
+from rlscan._call import Call
+from rlscan.ops import _skip
 
 from . import _common, _verl_groups, _verl_token_baseline
 
@@ -448,18 +450,15 @@ def _eps(epsilon) -> float:
 
 
 def _check_tokens(rewards, mask, values=None, needs_values: bool = False) -> None:
-    """The arguments checked under verl's names, before rlscan checks them under its own. The
-    mask's 0/1 values are left to the scan, which checks them as it reads the mask
-    (``_common.errors_as`` gives its error verl's name)."""
+    """The arguments checked under verl's names, before rlscan checks them under its own, with
+    rlscan's messages (docs/errors.md). The mask's 0/1 values are left to the scan, which checks
+    them as it reads the mask (``_common.errors_as`` gives its error verl's name)."""
     for name, x in (("token_level_rewards", rewards), ("values", values), ("response_mask", mask)):
         if (x is not None or name != "values" or needs_values) and not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {_common.kind(x)}")
-        if x is not None:
-            _common.check_dense(name, x)
-    r = _common.check_rows("token_level_rewards", rewards)
-    if values is not None:
-        _common.check_rows("values", values, r.shape, r.device)
-    _common.check_mask("response_mask", mask, r.shape, r.device)
+    call = Call("token_level_rewards", rewards, -1)
+    call.series("values", values, required=needs_values)
+    _skip.check_mask(call, "verl", mask, None, None, values=False, argument="response_mask")
 
 
 def _promoted(*tensors) -> torch.dtype:
