@@ -20,14 +20,32 @@ MASK_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, to
 
 
 def kind(x) -> str:
-    """``x``'s type as an error message names it (``torch.Tensor``, ``list``)."""
+    """``x``'s type as an error message names it (``torch.Tensor``, ``list``, ``numpy.bool_``:
+    numpy 2 names its bool type ``bool``)."""
     t = type(x)
+    if t is np.bool_:
+        return "numpy.bool_"
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}"
 
 
 def check_bool(name: str, x) -> bool:
-    if not isinstance(x, bool):
-        raise TypeError(f"{name} must be a bool, got {kind(x)}")
+    """A switch: a bool, or numpy's bool (as a bool)."""
+    if type(x) is bool:
+        return x
+    if isinstance(x, np.bool_):
+        return bool(x)
+    raise TypeError(f"{name} must be a bool, got {kind(x)}")
+
+
+def check_dense(name: str, x: torch.Tensor) -> torch.Tensor:
+    """A tensor read through its storage and strides: dense (strided), neither nested nor a
+    ``torch.masked.MaskedTensor`` (whose mask an op would not see)."""
+    if x.layout is not torch.strided or x.is_nested:
+        what = "a nested" if x.is_nested else f"a {str(x.layout).replace('torch.', '')}"
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {what} tensor; pass {name}.to_dense()")
+    if isinstance(x, torch.masked.MaskedTensor):
+        raise TypeError(f"{name} is a torch.masked.MaskedTensor, whose mask rlscan would not see: pass its data "
+                        f"({name}.get_data()), and the mask as mask= where the op takes one")
     return x
 
 
@@ -72,14 +90,27 @@ def raise_mask_values(name: str):
 
 
 @contextlib.contextmanager
-def mask_errors_as(name: str):
-    """rlscan's errors about its ``mask`` argument, under the framework's name for it."""
+def errors_as(**names):
+    """rlscan's errors about its arguments under the framework's names for them:
+    ``errors_as(mask="response_mask")`` turns ``mask must ...`` into ``response_mask must ...``."""
     try:
         yield
-    except ValueError as exc:
-        if str(exc).startswith("mask "):
-            raise ValueError(name + str(exc)[len("mask"):]) from None
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        for ours, theirs in names.items():
+            if message.startswith(ours + " "):
+                raise type(exc)(theirs + message[len(ours):]) from None
         raise
+
+
+def check_unit_float(name: str, value) -> float:
+    """A float in [0, 1] (a discount, a λ; not a bool, not a tensor), as a Python float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {kind(value)}")
+    value = float(value)
+    if not 0.0 <= value <= 1.0:  # also false for NaN
+        raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    return value
 
 
 def coef(name: str, value) -> float:
@@ -89,10 +120,17 @@ def coef(name: str, value) -> float:
             raise ValueError(f"{name} must be a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float in [0, 1], got {kind(value)}")
+        raise TypeError(f"{name} must be a float or a 0-d tensor, got {kind(value)}")
+    return check_unit_float(name, value)
+
+
+def check_clip(name: str, value) -> float:
+    """A clip threshold: a float ``>= 0`` (``float('inf')``: no clip)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {kind(value)}")
     value = float(value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    if not value >= 0.0:  # also false for NaN
+        raise ValueError(f"{name} must be >= 0 (float('inf') disables the clip), got {value}")
     return value
 
 

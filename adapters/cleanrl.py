@@ -32,7 +32,8 @@ from typing import Optional
 import torch
 
 import rlscan
-from rlscan._inputs import check_dense, check_unit_float, type_name
+
+from ._common import check_dense, check_unit_float, kind
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _FLAGS = (torch.bool, torch.uint8) + _FLOATS
@@ -152,7 +153,7 @@ def _terminated_after_each_step(dones, next_done, rewards) -> Optional[torch.Ten
 def _check_rollout(rewards, values) -> int:
     """``num_envs``, after checking ``rewards`` and ``values``."""
     if not isinstance(rewards, torch.Tensor):
-        raise TypeError(f"rewards must be a torch.Tensor, got {type_name(rewards)}")
+        raise TypeError(f"rewards must be a torch.Tensor, got {kind(rewards)}")
     check_dense("rewards", rewards)
     _check_dtype("rewards", rewards, _FLOATS, "a floating tensor")
     if rewards.ndim != 2 or rewards.shape[0] == 0:
@@ -190,7 +191,7 @@ def _check_next_value(next_value, rewards, num_envs: int) -> torch.Tensor:
 
 def _check_tensor(name: str, x, rewards) -> None:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type_name(x)}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {kind(x)}")
     check_dense(name, x)
     if x.device != rewards.device:
         raise ValueError(f"{name} is on {x.device} but rewards is on {rewards.device}: all tensors must be on one device")

@@ -36,7 +36,8 @@ import torch
 
 import rlscan
 from rlscan._call import Call
-from rlscan._inputs import check_bool, check_clip, check_unit_float
+
+from ._common import check_bool, check_clip, check_unit_float
 
 try:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig

@@ -31,8 +31,7 @@ import types
 
 import torch
 
-from rlscan._inputs import check_bool, type_name
-
+from ._common import check_bool, kind
 from ._rsl_rl_gae import returns_and_advantages
 
 try:
@@ -70,7 +69,7 @@ def _check_ppo(alg, caller: str) -> PPO:
     hint = ""
     if isinstance(getattr(alg, "alg", None), PPO):
         hint = f": pass the runner's algorithm, {caller}(runner.alg)"
-    raise TypeError(f"{caller}: alg must be an rsl_rl.algorithms.PPO, got {type_name(alg)}{hint}")
+    raise TypeError(f"{caller}: alg must be an rsl_rl.algorithms.PPO, got {kind(alg)}{hint}")
 
 
 def is_enabled(alg) -> bool:

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 import rlscan
-from rlscan._inputs import check_bool
+
+from ._common import check_bool
 
 try:
     from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer

@@ -47,7 +47,7 @@ makes the masked tokens skipped steps of the token recursions, as verl 0.9 compu
   and the value after a kept token is the next kept token's (0 past the last);
 * ``reinforce++``: ``G_t = m_t (r_t + γ G')``, ``G'`` the next kept token's return, carried
   through masked spans, so a reward after an observation span reaches the turns before it
-  (``rlscan.ops.discounted_returns.kept_returns``); 0 where ``m_t = 0``.
+  (``rlscan.reinforce_pp_returns``); 0 where ``m_t = 0``.
 
 SkyRL's trainer passes its ``response_mask``, 1 on every response token (observations of
 a multi-turn rollout included) and 0 on padding; the loss mask is the one that is 0 over
@@ -61,7 +61,6 @@ import numpy as np
 import torch
 
 import rlscan
-from rlscan.ops.discounted_returns import kept_returns
 
 from . import _common
 
@@ -99,7 +98,7 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
     v = _common.check_rows("values", values, r.shape)
     m = _common.check_mask("response_mask", response_mask, r.shape, r.device)
     gamma, lambd = _common.coef("gamma", gamma), _common.coef("lambd", lambd)
-    with torch.no_grad(), _common.mask_errors_as("response_mask"):
+    with torch.no_grad(), _common.errors_as(mask="response_mask"):
         if _mode(skip_masked):
             adv, ret = rlscan.gae(r, v, mask=m, whiten=True, gamma=gamma, lmbda=lambd, time_dim=-1)
             return adv, ret
@@ -127,10 +126,10 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     gamma = _common.coef("gamma", gamma)
     # SkyRL's running return is its product with the mask: float64 from a float64 mask
     wide = m.dtype == torch.float64 and r.dtype != torch.float64
-    with torch.no_grad(), _common.mask_errors_as("response_mask"):
+    with torch.no_grad(), _common.errors_as(mask="response_mask"):
         if _mode(skip_masked):
-            adv, ret = kept_returns.returns_and_advantages(r, m, gamma, time_dim=-1,
-                                                           compute_dtype=torch.float64 if wide else None)
+            adv, ret = rlscan.reinforce_pp_returns(r, m, gamma=gamma, time_dim=-1,
+                                                   compute_dtype=torch.float64 if wide else None)
         else:
             # the episode ends at t where token t + 1 is masked (and at the last token); G is GAE's advantage
             # with values 0 and λ = 1, every token a step (rlscan's loop over rows contiguous in time)

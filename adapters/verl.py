@@ -28,7 +28,7 @@ tokens of a multi-turn rollout). The token estimators, one recurrence per respon
   (:func:`rlscan.masked_whiten`). This is ``rlscan.gae(..., mask=m, whiten=True)``.
 * ``reinforce_plus_plus``: ``G_t = m_t (r_t + γ G')``, ``G'`` the running return carried
   unchanged through the steps whose mask is 0; ``returns = G``,
-  ``advantages = masked_whiten(G, m) · m`` (:mod:`rlscan.ops.discounted_returns.kept_returns`).
+  ``advantages = masked_whiten(G, m) · m`` (:func:`rlscan.reinforce_pp_returns`).
 
 The outcome estimators, one score per response ``s_i = Σ_t r_{i,t}`` and its group ``g``
 (``index``: the prompt's uid), ``n_g``, ``μ_g`` and the unbiased ``σ_g`` over the group's
@@ -60,7 +60,6 @@ See docs/adapters/verl.md.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import numbers
@@ -73,9 +72,7 @@ import torch
 import rlscan
 from rlscan import _cpu_rows
 from rlscan._call import Call
-from rlscan._inputs import type_name
 from rlscan.ops import _skip
-from rlscan.ops.discounted_returns import kept_returns
 
 from . import _common, _verl_groups, _verl_token_baseline
 
@@ -110,13 +107,13 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
         exact: on the GPU, run the recurrence one step at a time in verl's order (the CPU
             path always does); default: as :func:`patch` set it (False).
     """
-    _check_tokens(token_level_rewards, response_mask, values=values, mask_values=False, needs_values=True)
-    gamma, lam = _coef("gamma", gamma), _coef("lam", lam)
+    _check_tokens(token_level_rewards, response_mask, values=values, needs_values=True)
+    gamma, lam = _common.coef("gamma", gamma), _common.coef("lam", lam)
     # verl's products promote: a float64 mask makes the carries, and the results, float64
     dtype = _promoted(token_level_rewards, values, response_mask)
     if dtype == torch.float64 and token_level_rewards.dtype != torch.float64:
         token_level_rewards = token_level_rewards.double()  # a rare input: the float64 compute from a copy
-    with torch.no_grad(), _as_verl_names():
+    with torch.no_grad(), _common.errors_as(mask="response_mask"):
         adv, ret = rlscan.gae(token_level_rewards, values, mask=response_mask, whiten=True, gamma=gamma, lmbda=lam,
                               time_dim=-1, exact=_mode(exact), out_dtype=dtype)
     return adv, ret
@@ -128,13 +125,13 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     ``γ`` is ``config.gamma`` (``config["gamma"]``). Other keyword arguments are accepted and
     ignored, as verl does."""
     _check_release_if_installed()
-    _check_tokens(token_level_rewards, response_mask, mask_values=False)
-    gamma = _coef("config.gamma", _config_value(config, "gamma", "compute_reinforce_plus_plus_outcome_advantage"))
+    _check_tokens(token_level_rewards, response_mask)
+    gamma = _common.coef("config.gamma", _config_value(config, "gamma", "compute_reinforce_plus_plus_outcome_advantage"))
     # verl's running return is the product with the mask: float64 with a float64 mask
     wide = response_mask.dtype == torch.float64
-    with torch.no_grad(), _as_verl_names():
-        advantages, returns = kept_returns.returns_and_advantages(
-            token_level_rewards, response_mask, gamma, time_dim=-1, exact=_mode(exact),
+    with torch.no_grad(), _common.errors_as(mask="response_mask"):
+        advantages, returns = rlscan.reinforce_pp_returns(
+            token_level_rewards, response_mask, gamma=gamma, time_dim=-1, exact=_mode(exact),
             compute_dtype=torch.float64 if wide else None)
     return advantages.to(torch.result_type(returns, response_mask)), returns  # verl's product promotes
 
@@ -146,7 +143,7 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
                                    epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True, config=None):
     """verl's ``compute_grpo_outcome_advantage``: ``(s − μ_g) / (σ_g + ε) · m``, twice."""
     scores, groups = _scores(token_level_rewards, response_mask, index)
-    _check_bool("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo)
+    _common.check_bool("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo)
     with torch.no_grad():
         mean, std = _mean_and_std(groups, scores)
         scalars = scores - mean
@@ -253,7 +250,7 @@ def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
     found once for every key, and the whitening's statistics come from each response's count
     of kept tokens: one value per response until the advantages are written over the mask."""
     fn = "compute_gdpo_outcome_advantage"
-    _check_bool("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo)
+    _common.check_bool("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo)
     eps = _eps(epsilon)
     if config is not None and non_tensor_batch is not None and batch is not None:
         _check_outcome(token_level_rewards, response_mask)
@@ -384,7 +381,7 @@ def _scores(rewards, mask, index):
 
 def _check_outcome(rewards, mask) -> None:
     # the mask's 0/1 values are checked where the advantages are written over it (_broadcast)
-    _check_tokens(rewards, mask, mask_values=False)
+    _check_tokens(rewards, mask)
     if rewards.dim() != 2:
         raise ValueError(f"token_level_rewards must be (bs, response_length), got shape {tuple(rewards.shape)}")
 
@@ -437,12 +434,12 @@ def _broadcast(scalars: torch.Tensor, mask: torch.Tensor):
     written = _cpu_rows.broadcast(scalars, mask)
     if written is None:
         if mask.device.type == "cpu":
-            _skip.check_values(mask, "response_mask")
+            _common.check_mask_values("response_mask", mask)
         out = scalars.unsqueeze(-1) * mask
     else:
         out, bad = written
         if bad and mask.dtype != torch.bool:
-            _skip.raise_mask_values("response_mask")
+            _common.raise_mask_values("response_mask")
     return out, out
 
 
@@ -452,32 +449,16 @@ def _eps(epsilon) -> float:
     return float(epsilon)
 
 
-def _check_bool(name: str, x) -> None:
-    if not isinstance(x, bool):
-        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
-
-
-def _check_tokens(rewards, mask, values=None, mask_values: bool = True, needs_values: bool = False) -> None:
-    """The arguments checked under verl's names, before rlscan checks them under its own.
-    ``mask_values=False``: the mask's 0/1 values are left to the scan, which checks them as it
-    reads the mask (:func:`_as_verl_names` gives its error verl's name)."""
+def _check_tokens(rewards, mask, values=None, needs_values: bool = False) -> None:
+    """The arguments checked under verl's names, before rlscan checks them under its own, with
+    rlscan's messages (docs/errors.md). The mask's 0/1 values are left to the scan, which checks
+    them as it reads the mask (``_common.errors_as`` gives its error verl's name)."""
     for name, x in (("token_level_rewards", rewards), ("values", values), ("response_mask", mask)):
         if (x is not None or name != "values" or needs_values) and not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type_name(x)}")
+            raise TypeError(f"{name} must be a torch.Tensor, got {_common.kind(x)}")
     call = Call("token_level_rewards", rewards, -1)
     call.series("values", values, required=needs_values)
-    _skip.check_mask(call, "verl", mask, None, None, values=mask_values, argument="response_mask")
-
-
-@contextlib.contextmanager
-def _as_verl_names():
-    """rlscan's error about the values of its ``mask``, under verl's name for it."""
-    try:
-        yield
-    except ValueError as exc:
-        if str(exc).startswith("mask must hold only 0 and 1"):
-            raise ValueError("response_mask" + str(exc)[len("mask"):]) from None
-        raise
+    _skip.check_mask(call, "verl", mask, None, None, values=False, argument="response_mask")
 
 
 def _promoted(*tensors) -> torch.dtype:
@@ -485,20 +466,6 @@ def _promoted(*tensors) -> torch.dtype:
     for t in tensors[1:]:
         out = torch.promote_types(out, t.dtype)
     return out
-
-
-def _coef(name: str, value) -> float:
-    """A float in [0, 1] from a float or a one-element (0-d) tensor."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"{name} must be a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float or a 0-d tensor, got {type_name(value)}")
-    value = float(value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {value}")
-    return value
 
 
 def _config_value(config, key: str, fn: str):
@@ -517,7 +484,7 @@ def _config_value(config, key: str, fn: str):
 def _mode(exact) -> bool:
     if exact is None:
         return _exact
-    _check_bool("exact", exact)
+    _common.check_bool("exact", exact)
     return exact
 
 
@@ -645,7 +612,7 @@ def patch(*, exact: bool = False) -> None:
         ImportError: verl is not importable, or its release is outside :data:`SUPPORTED_VERL`.
     """
     global _exact
-    _check_bool("exact", exact)
+    _common.check_bool("exact", exact)
     core_algos = _core_algos()
     check_release(_release(core_algos))
     _exact = exact

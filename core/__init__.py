@@ -7,6 +7,7 @@ from . import reference
 from ._backend import get_backend, set_backend, use_backend
 from .ops import REGISTRY
 from .normalize import masked_normalize
+from .reinforce import reinforce_pp_returns
 from .whiten import masked_whiten
 
 __version__ = "0.1.0"
@@ -21,6 +22,7 @@ __all__ = [
     *(op.name for op in REGISTRY),
     "masked_whiten",
     "masked_normalize",
+    "reinforce_pp_returns",
     *(name for name in _OPS if name not in REGISTRY.names()),
     "get_backend",
     "set_backend",

@@ -155,3 +155,53 @@ def test_a_layer_violation_is_found():
     graph = {"rlscan._triton.launch": {"rlscan.bench.cases", "rlscan._triton.settings"},
              "rlscan.bench.tune": {"rlscan._triton.settings"}, "rlscan._triton_extra": {"rlscan.bench"}}
     assert layer_violations(graph) == [f"rlscan._triton.launch -> rlscan.bench.cases ({LAYERS[0][2]})"]
+
+
+def adapter_violations(graph: dict, public=None) -> list:
+    """``"adapter -> module"`` for every rlscan module an adapter imports that is neither the
+    package ``rlscan`` itself, a module it exports (``rlscan.__all__``: ``rlscan.reference``),
+    nor an adapter module: adapters use rlscan's public API only (``rlscan._*`` and
+    ``rlscan.ops.*`` are internals, free to change)."""
+    if public is None:
+        import rlscan
+
+        public = set(rlscan.__all__)
+    allowed = {"rlscan", "rlscan.adapters"} | {f"rlscan.{name}" for name in public}
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("rlscan.adapters")
+                  for t in targets if t not in allowed and not t.startswith("rlscan.adapters."))
+
+
+#: the internals adapters still read, and why (issue 54; each goes once a public call or
+#: _common replaces it):
+#: * rlscan._call and rlscan.ops._skip: rllib's vtrace_torch and verl's token estimators check
+#:   their tensors under the framework's names with rlscan's own checks, whose messages
+#:   docs/errors.md lists and tests/test_arguments.py holds them to (numpy byte order, masked
+#:   arrays, nested tensors, shapes, devices); rllib forms target − behaviour before
+#:   rlscan.vtrace could check them.
+#: * rlscan._cpu_rows: verl's outcome estimators broadcast one score per response over its
+#:   tokens; the CPU row loop writes ``a_i · m_{i,t}`` and checks the mask in one pass, 4-19x
+#:   faster than torch's product and check on a [512, 4096] batch, and no public op computes it.
+KNOWN_PRIVATE = ("rlscan.adapters.rllib -> rlscan._call", "rlscan.adapters.verl -> rlscan._call",
+                 "rlscan.adapters.verl -> rlscan._cpu_rows", "rlscan.adapters.verl -> rlscan.ops._skip")
+
+
+def test_adapters_use_the_public_api_only():
+    assert adapter_violations(import_graph()) == sorted(KNOWN_PRIVATE)
+
+
+def test_an_adapter_reaching_into_rlscan_is_found(tmp_path):
+    """Each way of naming an internal module is caught: ``from rlscan import _x``, ``from
+    rlscan._x import f``, ``import rlscan.ops.y``, inside a function too; the public API is not."""
+    (tmp_path / "adapters").mkdir()
+    source = ("import rlscan\nfrom rlscan import gae, reference\nfrom . import _common\nfrom rlscan import _cpu_rows\n"
+              "from rlscan._call import Call\ndef f():\n    import rlscan.ops.gae.op\n")
+    (tmp_path / "adapters" / "x.py").write_text(source)
+    files = {"rlscan": (ROOT / "core" / "__init__.py", True), "rlscan.reference": (ROOT / "core" / "reference.py", False),
+             "rlscan._cpu_rows": (ROOT / "core" / "_cpu_rows.py", False),
+             "rlscan._call": (ROOT / "core" / "_call.py", False),
+             "rlscan.ops.gae.op": (ROOT / "core" / "ops" / "gae" / "op.py", False),
+             "rlscan.adapters._common": (ROOT / "adapters" / "_common.py", False),
+             "rlscan.adapters.x": (tmp_path / "adapters" / "x.py", False)}
+    graph = {"rlscan.adapters.x": imports_of("rlscan.adapters.x", *files["rlscan.adapters.x"], files)}
+    assert adapter_violations(graph, public={"gae", "reference"}) == [
+        "rlscan.adapters.x -> rlscan._call", "rlscan.adapters.x -> rlscan._cpu_rows", "rlscan.adapters.x -> rlscan.ops.gae.op"]

@@ -107,6 +107,27 @@ def test_verl_loop_bit_for_bit(path):
     assert torch.equal(R.cpu(), want + v)
 
 
+def test_reinforce_pp_returns(path):
+    """rlscan.reinforce_pp_returns against its docstring's equation in float64: the running
+    return passes through skipped spans, ``G = 0`` there, the advantages whitened over the kept
+    steps; and its arguments are checked."""
+    g = torch.Generator().manual_seed(5)
+    r, m = torch.randn(5, T, generator=g), PATTERNS
+    adv, ret = rlscan.reinforce_pp_returns(r.to(path.device), m.to(path.device), gamma=0.9)
+    running, steps = torch.zeros(5, dtype=torch.float64), []
+    for t in reversed(range(T)):
+        kept = m[:, t] != 0
+        running = torch.where(kept, r[:, t].double() + 0.9 * running, running)
+        steps.append(torch.where(kept, running, 0.0))
+    want = torch.stack(steps[::-1], 1)
+    torch.testing.assert_close(ret.cpu(), want.float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(adv.cpu(), (masked_whiten_reference(want, m) * (m != 0)).float(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"gamma must lie in \[0, 1\]"):
+        rlscan.reinforce_pp_returns(r, m, gamma=1.5)
+    with pytest.raises(ValueError, match="compute_dtype must be"):
+        rlscan.reinforce_pp_returns(r, m, gamma=0.9, compute_dtype=torch.float16)
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_one_step_rows(path, op):
     for m in (torch.ones(3, 1, dtype=torch.long), torch.tensor([[1], [0], [1]])):
