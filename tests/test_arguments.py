@@ -608,7 +608,7 @@ def _param(entry: Entry):
 @pytest.mark.parametrize("entry", [_param(e) for e in ENTRIES])
 # Each example makes a few hundred calls and reports every failure it meets, with the call drawn:
 # shrinking one would take minutes and show no more.
-@settings(max_examples=max(3, settings.default.max_examples // 10), phases=(Phase.explicit, Phase.generate))
+@settings(max_examples=max(2, settings.default.max_examples // 10), phases=(Phase.explicit, Phase.generate))
 @given(data=st.data())
 def test_wrong_arguments(entry, data):
     """Each argument, one at a time, given a wrong value of each kind (this module's docstring)."""

@@ -92,17 +92,25 @@ def test_kernel_paths(config, op):
             _assert_same_gradients(_problem(op, values, seed=len(config)))
 
 
-@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
-@pytest.mark.parametrize("layout", [dict(shape=(3, 11), time_dim=1), dict(shape=(2, 11, 3), time_dim=1),
-                                    dict(shape=(11, 4), time_dim=0, layout="transposed"),
-                                    dict(shape=(2, 3, 5, 2), time_dim=2, layout="sliced")],
-                         ids=["time-last", "two-groups", "transposed", "split-call"])
+_LAYOUTS = {"time-last": dict(shape=(3, 11), time_dim=1), "two-groups": dict(shape=(2, 11, 3), time_dim=1),
+            "transposed": dict(shape=(11, 4), time_dim=0, layout="transposed"),
+            "split-call": dict(shape=(2, 3, 5, 2), time_dim=2, layout="sliced")}
+
+
+def _dealt(ops, cases) -> list:
+    """``(case, op)`` pairs: the ops dealt over the cases in turn, at least two a case, so that
+    every op and every case run (the layout's or coefficient's handling is the op's, shared)."""
+    per = max(2, -(-len(ops) // len(cases)))
+    return [(case, ops[(i * per + k) % len(ops)]) for i, case in enumerate(cases) for k in range(per)]
+
+
+@pytest.mark.parametrize("layout, op", _dealt(FUSED_BACKWARD_OPS, list(_LAYOUTS)))
 def test_layouts(op, layout):
+    layout = _LAYOUTS[layout]
     _assert_same_gradients(_problem(op, seed=2, **layout))
 
 
-@pytest.mark.parametrize("op", FUSED_BACKWARD_OPS)
-@pytest.mark.parametrize("coefs", [0.9, "per_step", "scalar_tensor"])
+@pytest.mark.parametrize("coefs, op", _dealt(FUSED_BACKWARD_OPS, [0.9, "per_step", "scalar_tensor"]))
 def test_coefficients(op, coefs):
     """Scalar γ/λ (no coefficient gradients), one γ/λ per step broadcast over environments
     (their gradients summed over environments), and a 0-d tensor."""
@@ -279,10 +287,12 @@ def _table_problem(shape, time_dim, seed, values):
     return leaves, run
 
 
-@pytest.mark.parametrize("config", ["scan-tiles", "stripe", "scan-chunks", "block-chunks", "chained-look-back"])
-@pytest.mark.parametrize("values", ["bootstrap", "next"])
-@pytest.mark.parametrize("layout", [dict(shape=(11, 3), time_dim=0), dict(shape=(3, 11), time_dim=1)],
-                         ids=["time-first", "time-last"])
+# each config with both sources of the value after a step, the two layouts taken in turn
+@pytest.mark.parametrize("config, values, layout", [
+    (config, values, layout) for i, config in enumerate(["scan-tiles", "stripe", "scan-chunks", "block-chunks",
+                                                         "chained-look-back"])
+    for j, values in enumerate(["bootstrap", "next"])
+    for layout in [[dict(shape=(11, 3), time_dim=0), dict(shape=(3, 11), time_dim=1)][(i + j) % 2]]])
 def test_retrace_from_q(config, values, layout):
     """Retrace's fused backward, then the table's gradients by the chain rule, on the Triton
     path and by the CPU loop, against the CPU path's torch form (gradients of Q, π, log μ, r,
