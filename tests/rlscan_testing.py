@@ -127,6 +127,23 @@ KERNEL_CONFIGS = {
                                link="words"),
 }
 
+def dealt(ops, cases) -> list:
+    """``(case, op)`` pairs: the ops dealt over the cases in turn, at least two a case, so that
+    every op and every case run without the full product (an op's code is the same functions
+    in every case, and a case's handling the same for every op)."""
+    per = max(2, -(-len(ops) // len(cases)))
+    return [(case, ops[(i * per + k) % len(ops)]) for i, case in enumerate(cases) for k in range(per)]
+
+
+def dealt_over_kinds(ops, configs=None) -> list:
+    """``(config, op)`` pairs of :data:`KERNEL_CONFIGS` in which every op meets every kernel
+    kind and every config runs at least two ops: :func:`dealt` within each kind."""
+    kinds: dict = {}
+    for name in (configs or KERNEL_CONFIGS):
+        kinds.setdefault(KERNEL_CONFIGS[name]["kind"], []).append(name)
+    return [pair for names in kinds.values() for pair in dealt(ops, names)]
+
+
 # ----------------------------------------------------------------------------- whole-call inputs
 
 ACTIONS = 4

@@ -12,7 +12,7 @@ import torch
 import rlscan
 from rlscan._autograd import differentiating_torch_forms
 from rlscan._triton.launch import forced_config
-from rlscan_testing import KERNEL_CONFIGS, assert_close, make_problem, path_for
+from rlscan_testing import KERNEL_CONFIGS, assert_close, dealt, dealt_over_kinds, make_problem, path_for
 
 FUSED_BACKWARD_OPS = ("gae", "td_lambda", "discounted_returns", "vtrace", "retrace", "eligibility_traces",
                       "episodic_cumsum")
@@ -60,30 +60,14 @@ def _problem(op, values="bootstrap", shape=(11, 3), dtype=torch.float64, coefs="
                         seed=seed, **kw)
 
 
-def _ops_on_each_config() -> list:
-    """(config, op) pairs in which every op meets every kernel kind and every config runs at
-    least two ops: the ops of a kind dealt round-robin over its configs. The op's code is the
-    same functions on every path, and the kind's code the same for every op, so the pairs
-    cover both without the full product (7 × 22 cases under the interpreter)."""
-    kinds: dict = {}
-    for name, config in KERNEL_CONFIGS.items():
-        kinds.setdefault(config["kind"], []).append(name)
-    pairs = []
-    for names in kinds.values():
-        slots = max(2, -(-len(FUSED_BACKWARD_OPS) // len(names)))
-        for i, name in enumerate(names):
-            pairs += [(name, FUSED_BACKWARD_OPS[(i * slots + k) % len(FUSED_BACKWARD_OPS)]) for k in range(slots)]
-    return pairs
-
-
 def test_each_op_meets_each_kernel_kind():
-    pairs = _ops_on_each_config()
+    pairs = dealt_over_kinds(FUSED_BACKWARD_OPS)
     for kind in {c["kind"] for c in KERNEL_CONFIGS.values()}:
         assert {op for name, op in pairs if KERNEL_CONFIGS[name]["kind"] == kind} == set(FUSED_BACKWARD_OPS), kind
     assert {name for name, _ in pairs} == set(KERNEL_CONFIGS)
 
 
-@pytest.mark.parametrize("config, op", _ops_on_each_config())
+@pytest.mark.parametrize("config, op", dealt_over_kinds(FUSED_BACKWARD_OPS))
 def test_kernel_paths(config, op):
     """Every kernel path: tiles, single rows, stripes, and chunks (the adjoint's carry
     crosses chunk edges going forward in time)."""
@@ -97,20 +81,13 @@ _LAYOUTS = {"time-last": dict(shape=(3, 11), time_dim=1), "two-groups": dict(sha
             "split-call": dict(shape=(2, 3, 5, 2), time_dim=2, layout="sliced")}
 
 
-def _dealt(ops, cases) -> list:
-    """``(case, op)`` pairs: the ops dealt over the cases in turn, at least two a case, so that
-    every op and every case run (the layout's or coefficient's handling is the op's, shared)."""
-    per = max(2, -(-len(ops) // len(cases)))
-    return [(case, ops[(i * per + k) % len(ops)]) for i, case in enumerate(cases) for k in range(per)]
-
-
-@pytest.mark.parametrize("layout, op", _dealt(FUSED_BACKWARD_OPS, list(_LAYOUTS)))
+@pytest.mark.parametrize("layout, op", dealt(FUSED_BACKWARD_OPS, list(_LAYOUTS)))
 def test_layouts(op, layout):
     layout = _LAYOUTS[layout]
     _assert_same_gradients(_problem(op, seed=2, **layout))
 
 
-@pytest.mark.parametrize("coefs, op", _dealt(FUSED_BACKWARD_OPS, [0.9, "per_step", "scalar_tensor"]))
+@pytest.mark.parametrize("coefs, op", dealt(FUSED_BACKWARD_OPS, [0.9, "per_step", "scalar_tensor"]))
 def test_coefficients(op, coefs):
     """Scalar γ/λ (no coefficient gradients), one γ/λ per step broadcast over environments
     (their gradients summed over environments), and a 0-d tensor."""

@@ -14,7 +14,8 @@ import rlscan
 from rlscan import _cache
 from rlscan._backend import interpreting
 from rlscan._triton.launch import CHAINED, choose_config, forced_config
-from rlscan_testing import KERNEL_CONFIGS, OP_NAMES, VALUE_OPS, assert_matches_reference, make_problem, path_for
+from rlscan_testing import (KERNEL_CONFIGS, OP_NAMES, VALUE_OPS, assert_matches_reference, dealt, dealt_over_kinds,
+                            make_problem, path_for)
 
 T = 11  # odd: partial tiles, windows and chunks everywhere below
 
@@ -50,19 +51,22 @@ def test_forced_configs_take_effect(config):
     assert (cfg.chunk_len * (cfg.n_chunks - 1)) < T <= cfg.chunk_len * cfg.n_chunks
 
 
-@pytest.mark.parametrize("op", OP_NAMES)
-@pytest.mark.parametrize("config", CONFIGS)
+# every op meets every kernel kind, every config runs at least two ops (rlscan_testing.dealt_over_kinds)
+@pytest.mark.parametrize("config, op", dealt_over_kinds(OP_NAMES))
 def test_kernel_path(triton_path, op, config):
     problem = _problem(op, "time-first", triton_path.device, seed=len(config))
     with forced_config(**CONFIGS[config]):
         assert_matches_reference(problem)
 
 
-@pytest.mark.parametrize("op", OP_NAMES)
-@pytest.mark.parametrize("config", ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back",
-                                    "chained-window", "chained-stripe-look-back", "chained-words-look-back",
-                                    "chained-stripe-words", "chained-scan-words"])
-@pytest.mark.parametrize("layout", ["time-last", "two-groups"])
+_CHUNKED = ["scan-chunks", "stripe-window-chunks", "block-chunks", "chained-look-back", "chained-window",
+            "chained-stripe-look-back", "chained-words-look-back", "chained-stripe-words", "chained-scan-words"]
+
+
+# each chunked config in both layouts, the ops dealt over them (every op meets both layouts)
+@pytest.mark.parametrize("config, layout, op", [(c, layout, op) for (c, layout), op in
+                                                dealt(OP_NAMES, [(c, lay) for lay in ("time-last", "two-groups")
+                                                                 for c in _CHUNKED])])
 def test_kernel_path_layouts(triton_path, op, config, layout):
     problem = _problem(op, layout, triton_path.device, seed=len(config) + len(layout))
     with forced_config(**CONFIGS[config]):
