@@ -35,15 +35,13 @@ those imports meet an empty module. The tests use it too.
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import statistics
 import sys
 import time
-import types
 
 import torch
+
+from stand_ins import Empty, stand_ins
 
 #: top-level modules AReaL's actor and data modules import but these functions never use
 STAND_INS = ("tenacity", "flask", "lark", "uvloop", "hydra", "einops", "aiofiles", "openai", "datasets", "swanlab",
@@ -55,18 +53,13 @@ CALLS, LOOP_CALLS = (3, 1) if DRY else (15, 3)
 GAMMA, LAMBDA = 1.0, 0.95
 
 
-class _Empty(types.ModuleType):
-    """A module whose every attribute, call, item or union is another empty module: enough for
-    ``from x import y``, decorators, base classes and annotations at import time. Nothing the
-    adapter's functions run reaches one."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Empty(f"{self.__name__}.{name}")
+class _Permissive(Empty):
+    """An empty module whose calls, items and unions are empty modules too: enough for
+    decorators and annotations at import time as well. Nothing the adapter's functions run
+    reaches one."""
 
     def __call__(self, *args, **kwargs):
-        return _Empty(f"{self.__name__}()")
+        return _Permissive(f"{self.__name__}()")
 
     def __getitem__(self, key):
         return self
@@ -76,40 +69,14 @@ class _Empty(types.ModuleType):
 
     __ror__ = __or__
 
-    def __mro_entries__(self, bases):
-        return (object,)
-
-
-class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, names):
-        self.names = set(names)
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.names:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _Empty(spec.name)
-
-    def exec_module(self, module):
-        pass
-
 
 def areal_modules():
     """``(areal.trainer.ppo.actor, areal.utils.data, areal.api.cli_args)`` from the installed
     AReaL, the missing ``STAND_INS`` met by empty modules."""
-    missing = [name for name in STAND_INS if importlib.util.find_spec(name) is None]
-    finder = _StandIns(missing) if missing else None
-    if finder is not None:
-        sys.meta_path.insert(0, finder)
-    try:
+    with stand_ins(STAND_INS, _Permissive):
         from areal.api import cli_args
         from areal.trainer.ppo import actor
         from areal.utils import data
-    finally:
-        if finder is not None:
-            sys.meta_path.remove(finder)
     return actor, data, cli_args
 
 

@@ -19,16 +19,13 @@ DeepSpeed, vLLM) are not installed; ``integration_tests/test_openrlhf.py`` uses 
 """
 from __future__ import annotations
 
-import contextlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import statistics
 import sys
 import time
-import types
 
 import torch
+
+from stand_ins import Empty, stand_ins
 
 CUDA_ONLY = ("flash_attn", "deepspeed", "vllm")
 DRY = "--dry" in sys.argv
@@ -38,48 +35,14 @@ CALLS, LOOP_CALLS = (3, 1) if DRY else (15, 3)
 GAMMA, LAMBD = 1.0, 0.95
 
 
-class _Empty(types.ModuleType):
-    """A module whose every attribute is another empty module: enough for ``from x import y``
-    and a base class at import time, and an error if anything is called."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Empty(f"{self.__name__}.{name}")
-
-    def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"{self.__name__} is a CUDA-only module, not installed here")
-
-    def __mro_entries__(self, bases):
-        return (object,)
+class _CudaOnly(Empty):
+    why = "a CUDA-only module, not installed here"
 
 
-class _CudaOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in CUDA_ONLY:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _Empty(spec.name)
-
-    def exec_module(self, module):
-        pass
-
-
-@contextlib.contextmanager
 def cuda_stand_ins():
     """Within it, importing flash-attn, DeepSpeed or vLLM, where they are not installed, gives an
     empty module of that name (modules imported meanwhile keep theirs)."""
-    missing = [name for name in CUDA_ONLY if importlib.util.find_spec(name) is None]
-    finder = _CudaOnly() if missing else None
-    if finder is not None:
-        sys.meta_path.insert(0, finder)
-    try:
-        yield
-    finally:
-        if finder is not None:
-            sys.meta_path.remove(finder)
+    return stand_ins(CUDA_ONLY, _CudaOnly)
 
 
 def experience_maker():

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import statistics
 import sys
@@ -34,6 +31,8 @@ import uuid
 import numpy as np
 import torch
 
+from stand_ins import Empty, stand_ins
+
 from rlscan.adapters import verl as adapter
 
 DRY = "--dry" in sys.argv
@@ -43,32 +42,8 @@ CALLS = 3 if DRY else 15
 TRAINER_ONLY = ("transfer_queue", "datasets", "hydra", "cachetools", "uvicorn", "fastapi")
 
 
-class _Empty(types.ModuleType):
-    """A module whose every attribute is another empty module (an error if called)."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Empty(f"{self.__name__}.{name}")
-
-    def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"{self.__name__} is a stand-in: the v1 trainer's package is not installed here")
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-
-class _TrainerOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in TRAINER_ONLY:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _Empty(spec.name)
-
-    def exec_module(self, module):
-        pass
+class _TrainerOnly(Empty):
+    why = "a stand-in: the v1 trainer's package is not installed here"
 
 
 def v1_utils():
@@ -76,21 +51,13 @@ def v1_utils():
     package's ``__init__`` (which imports the trainers and their agent loops)."""
     import verl.trainer.ppo as ppo  # verl's own modules do without TransferQueue
 
-    missing = [name for name in TRAINER_ONLY if importlib.util.find_spec(name) is None]
-    finder = _TrainerOnly() if missing else None
-    if finder is not None:
-        sys.meta_path.insert(0, finder)
-    try:
+    # the stand-ins leave sys.modules after: the modules that imported them keep them, later imports do not
+    with stand_ins(TRAINER_ONLY, _TrainerOnly, forget=True):
         if "verl.trainer.ppo.v1" not in sys.modules:
             package = types.ModuleType("verl.trainer.ppo.v1")
             package.__path__ = [os.path.join(os.path.dirname(ppo.__file__), "v1")]
             sys.modules["verl.trainer.ppo.v1"] = package
         return importlib.import_module("verl.trainer.ppo.v1.utils")
-    finally:
-        if finder is not None:
-            sys.meta_path.remove(finder)
-            for name in [n for n, module in sys.modules.items() if isinstance(module, _Empty)]:
-                del sys.modules[name]  # the modules that imported them keep them; later imports do not
 
 
 def batch(outputs_per_session: int):
