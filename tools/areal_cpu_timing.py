@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
 
 from stand_ins import Empty, stand_ins
+from timed_rounds import median_s, rounds
 
 #: top-level modules AReaL's actor and data modules import but these functions never use
 STAND_INS = ("tenacity", "flask", "lark", "uvloop", "hydra", "einops", "aiofiles", "openai", "datasets", "swanlab",
@@ -109,24 +109,9 @@ def actor_of(actor, cli_args, **options):
         logging.disable(logging.NOTSET)
 
 
-def _median_s(fn, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _rounds(fns: dict, calls: int) -> dict:
     """``{name: median seconds}`` of ``fns`` called in turns, ``calls`` rounds."""
-    times = {name: [] for name in fns}
-    for _ in range(calls):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: statistics.median(t) for name, t in rounds(fns, calls, warm=0).items()}
 
 
 def _copy_of(moved: int):
@@ -160,8 +145,8 @@ def main() -> int:
         for _ in range(4):
             gae()
         inputs = [_copy(d) for _ in range(CALLS + LOOP_CALLS + 2)]
-        areal_s = _median_s(lambda: theirs(plain, inputs.pop()), LOOP_CALLS)
-        patched_s = _median_s(lambda: adapter.compute_advantages(plain, inputs.pop()), CALLS)
+        areal_s = median_s(lambda: theirs(plain, inputs.pop()), LOOP_CALLS)
+        patched_s = median_s(lambda: adapter.compute_advantages(plain, inputs.pop()), CALLS)
         timed = _rounds({"rlscan": gae, "copy": _copy_of(B * S * 4 * 5)}, CALLS)
         gae_s, floor_s = timed["rlscan"], timed["copy"]
         loop_s = areal_s - (patched_s - gae_s)
@@ -184,7 +169,7 @@ def main() -> int:
             bad |= not close
             for _ in range(4):
                 ours()
-            areal_n = _median_s(lambda: norm(x, loss_mask), LOOP_CALLS)
+            areal_n = median_s(lambda: norm(x, loss_mask), LOOP_CALLS)
             timed = _rounds({"rlscan": ours, "copy": _copy_of(B * S * 4 * 3)}, CALLS)
             ours_s = timed["rlscan"]
             rows.append((name, B, S, "ok" if close else "BAD", areal_n, ours_s, timed["copy"], ""))

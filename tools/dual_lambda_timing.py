@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
 import rlscan
 from rlscan._cpu import RECENT
+from timed_rounds import rounds
 
 GAMMA, LMBDA, VALUE_LMBDA = 1.0, 0.95, 1.0
 
@@ -66,18 +66,10 @@ def check(fns: dict, device: str) -> None:
 
 
 def timed(fns: dict, calls: int, device: str) -> dict:
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for fn in fns.values():  # compiles, and times each loop's serial and parallel versions
-        for _ in range(2 * RECENT + 4):
-            fn()
-    sync()
-    times = {name: [] for name in fns}
-    for _ in range(calls):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            sync()
-            times[name].append(time.perf_counter() - start)
+    """``{name: median ms}``: untimed first calls (they compile, and time each loop's serial and
+    parallel versions), then ``calls`` rounds that take turns."""
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    times = rounds(fns, calls, warm=2 * RECENT + 4, sync=sync)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 

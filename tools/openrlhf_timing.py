@@ -19,13 +19,12 @@ DeepSpeed, vLLM) are not installed; ``integration_tests/test_openrlhf.py`` uses 
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import torch
 
 from stand_ins import Empty, stand_ins
+from timed_rounds import median_s
 
 CUDA_ONLY = ("flash_attn", "deepspeed", "vllm")
 DRY = "--dry" in sys.argv
@@ -64,15 +63,6 @@ def batch(B: int, T: int, seed: int = 0):
     return rewards, torch.randn(B, T, generator=g), mask
 
 
-def _median_s(fn, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def loops(maker) -> dict:
     """``{name: (rlscan's, OpenRLHF's)}``, each a function of ``(rewards, values, mask)``."""
     from rlscan.adapters import openrlhf
@@ -104,8 +94,8 @@ def main() -> int:
             same = all(torch.equal(w, x) for w, x in zip(_outputs(theirs(*prefix)), _outputs(ours(*prefix))))
             bad |= not same
             ours(*full)  # the first call at this shape compiles
-            loop_s = _median_s(lambda: theirs(*prefix), LOOP_CALLS) * T / T_loop
-            rlscan_s = _median_s(lambda: ours(*full), CALLS)
+            loop_s = median_s(lambda: theirs(*prefix), LOOP_CALLS) * T / T_loop
+            rlscan_s = median_s(lambda: ours(*full), CALLS)
             floor_s = moved[name] / bandwidth
             rows.append((name, f"{B} × {T}", "ok" if same else "BAD", loop_s, T > T_loop, rlscan_s, floor_s))
             print(f"{name:10s} {B} x {T}: OpenRLHF {loop_s * 1e3:,.1f} ms, rlscan {rlscan_s * 1e3:,.2f} ms",

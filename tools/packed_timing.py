@@ -33,6 +33,7 @@ import torch
 import rlscan
 from rlscan import _cpu
 from rlscan.ops.discounted_returns import kept_returns
+from timed_rounds import rounds
 
 DRY = "--dry" in sys.argv
 PARALLEL = "--parallel" in sys.argv
@@ -46,15 +47,9 @@ def timed(packed, padded) -> tuple:
     """``(packed's median seconds, padded's, the median of padded / packed over the rounds)``:
     the two called in turn, each round's ratio taken between calls a moment apart (the
     machine's other work drifts between rounds more than within one)."""
-    packed(), padded()
-    times = ([], [])
-    for _ in range(REPEATS):
-        for k, fn in enumerate((packed, padded)):
-            start = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - start)
-    ratio = statistics.median(b / a for a, b in zip(*times))
-    return statistics.median(times[0]), statistics.median(times[1]), ratio
+    times = rounds({"packed": packed, "padded": padded}, REPEATS)
+    ratio = statistics.median(b / a for a, b in zip(times["packed"], times["padded"]))
+    return statistics.median(times["packed"]), statistics.median(times["padded"]), ratio
 
 
 def batch(lengths: np.ndarray, seed: int = 0) -> tuple:

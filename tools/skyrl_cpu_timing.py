@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import skyrl_py311  # noqa: E402
+from timed_rounds import rounds  # noqa: E402
 
 from rlscan.adapters import skyrl  # noqa: E402
 
@@ -101,23 +101,6 @@ def moved_bytes(name: str, r, v, m) -> int:
     return n * (r.element_size() + m.element_size() + 4)
 
 
-def timed(fns: dict, calls: dict) -> dict:
-    """Seconds per call of each function: untimed first calls (rlscan's first calls of a
-    signature compile, and try the loops' serial and parallel versions), then rounds that
-    take turns."""
-    for name, fn in fns.items():
-        for _ in range(WARM if name.startswith("rlscan") else 1):
-            fn()
-    times = {name: [] for name in fns}
-    for i in range(max(calls.values())):
-        for name, fn in fns.items():
-            if i < calls[name]:
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-    return times
-
-
 def main() -> int:
     from loguru import logger
 
@@ -144,7 +127,8 @@ def main() -> int:
             ok = None if theirs is None else same(name, ours(), theirs())
             bad |= ok is False
             fns = {"rlscan": ours, **({} if theirs is None else {"skyrl": theirs})}
-            times = timed(fns, {"rlscan": CALLS, "skyrl": LOOP_CALLS})
+            # rlscan's first calls of a signature compile, and try the loops' serial and parallel versions
+            times = rounds(fns, {"rlscan": CALLS, "skyrl": LOOP_CALLS}, warm={"rlscan": WARM, "skyrl": 1})
             mine = times["rlscan"]
             row = dict(name=name, shape=f"{B} × {T}", ok=ok, rlscan_s=statistics.median(mine),
                        p90=sorted(mine)[int(0.9 * (len(mine) - 1))] / statistics.median(mine),

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 import types
 import uuid
 
@@ -50,6 +49,7 @@ import torch
 from rlscan import _cpu
 from rlscan.adapters import verl
 from rlscan.bench import floors
+from timed_rounds import rounds
 
 try:
     from verl.trainer.ppo import core_algos
@@ -86,21 +86,13 @@ def close(got, want, scale) -> bool:
     return bool(((got.double() - want.double()).abs() <= 64 * EPS32 * (want.double().abs() + scale)).all())
 
 
-def timed(fns: dict, calls: dict) -> dict:
-    """Seconds per call of each function: untimed first calls (rlscan's first calls of a
-    signature take turns between the loops' serial and parallel versions, to time both:
-    ``_cpu._Versions``), then rounds that take turns."""
-    for name, fn in fns.items():
-        for _ in range(WARM if name.startswith("rlscan") else 1):
-            fn()
-    times = {name: [] for name in fns}
-    for i in range(max(calls.values())):
-        for name, fn in fns.items():
-            if i < calls[name]:
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-    return times
+def timed(fns: dict) -> dict:
+    """Seconds per call of each function (verl's ``LOOP_CALLS``, the others ``CALLS``), in
+    rounds that take turns, after untimed first calls (rlscan's first calls of a signature
+    take turns between the loops' serial and parallel versions, to time both:
+    ``_cpu._Versions``)."""
+    return rounds(fns, {name: LOOP_CALLS if name.startswith("verl") else CALLS for name in fns},
+                  warm={name: WARM if name.startswith("rlscan") else 1 for name in fns})
 
 
 def copy_bandwidth() -> float:
@@ -124,7 +116,7 @@ def token_rows(B, T) -> list:
            "rlscan gae": lambda: verl.compute_gae_advantage_return(r, v, m, GAMMA, LAM),
            "verl reinforce_plus_plus": lambda: core_algos.compute_reinforce_plus_plus_outcome_advantage(rl, ml, config),
            "rlscan reinforce_plus_plus": lambda: verl.compute_reinforce_plus_plus_outcome_advantage(r, m, config)}
-    times = timed(fns, {name: LOOP_CALLS if name.startswith("verl") else CALLS for name in fns})
+    times = timed(fns)
     n = B * T
     moved = {"gae": n * (r.element_size() + v.element_size() + m.element_size() + 2 * 4),
              "reinforce_plus_plus": n * (r.element_size() + m.element_size() + 2 * 4)}
@@ -159,7 +151,7 @@ def group_rows() -> list:
         ok[name] = close(got[0], want[0], float(want[0].abs().max()))
         fns[f"verl {name}"] = lambda theirs=theirs, kwargs=kwargs: theirs(**kwargs)
         fns[f"rlscan {name}"] = lambda ours=ours, kwargs=kwargs: ours(**kwargs)
-    times = timed(fns, {name: LOOP_CALLS if name.startswith("verl") else CALLS for name in fns})
+    times = timed(fns)
     moved = B * T * (r.element_size() + m.element_size() + 4)
     rows = []
     for name in OUTCOME:
@@ -215,7 +207,7 @@ def baseline_rows(B, T, size) -> list:
         ok[name] = close(got[0], want[0], float(want[0].abs().max())) and (name == "gdpo" or torch.equal(got[1], want[1]))
         fns[f"verl {name}"] = lambda theirs=theirs, a=args[name]: theirs(*a)
         fns[f"rlscan {name}"] = lambda ours=ours, a=args[name]: ours(*a)
-    times = timed(fns, {name: LOOP_CALLS if name.startswith("verl") else CALLS for name in fns})
+    times = timed(fns)
     rows = []
     for name, (_, per_token) in BASELINE_ESTIMATORS.items():
         ours, floor_s = times[f"rlscan {name}"], statistics.median(times[f"floor {name}"])
