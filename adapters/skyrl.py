@@ -153,7 +153,7 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
 
     Args:
         token_level_rewards: a floating tensor ``(batch_size, response_len)``.
-        response_mask: the mask the advantages are multiplied by, of the same shape.
+        response_mask: the 0/1 mask the advantages are multiplied by, of the same shape.
         index: each response's group label (the prompt's uid): a sequence, numpy array or
             integer tensor of at least ``batch_size`` labels (as in SkyRL's loop, the first
             ``batch_size`` are read).
@@ -247,15 +247,10 @@ def _scores(rewards, mask, index):
 
 
 def _broadcast(a: torch.Tensor, mask: torch.Tensor):
-    """SkyRL's ``scores.unsqueeze(-1) * response_mask``, as both results: the mask converted to
-    the product's dtype, then multiplied in place (the same bits; torch's product of a float
-    and an integer tensor converts element by element, many times slower than the copy rate)."""
-    dtype = torch.result_type(a.unsqueeze(-1), mask)
-    if mask.dtype == dtype:
-        out = a.to(dtype).unsqueeze(-1) * mask
-    else:
-        out = mask.to(dtype, copy=True)
-        out.mul_(a.to(dtype).unsqueeze(-1))
+    """SkyRL's ``scores.unsqueeze(-1) * response_mask``, as both results (its dtype and bits),
+    the mask's 0/1 values checked as it is read."""
+    with _common.errors_as(mask="response_mask"):
+        out = rlscan.masked_broadcast(a, mask)
     return out, out
 
 

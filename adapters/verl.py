@@ -70,7 +70,6 @@ import numpy as np
 import torch
 
 import rlscan
-from rlscan import _cpu_rows
 from rlscan._call import Call
 from rlscan.ops import _skip
 
@@ -428,18 +427,9 @@ def _kept_per_row(mask) -> torch.Tensor:
 
 def _broadcast(scalars: torch.Tensor, mask: torch.Tensor):
     """``a_i · m_{i,t}`` in the product's dtype, as both results (verl returns one tensor twice),
-    after the check that a CPU mask holds only 0 and 1: on the CPU one row loop writes it and
-    counts the mask's other values as it reads them, because torch's product fills its fresh
-    output far below the copy rate (page faults); elsewhere torch's product."""
-    written = _cpu_rows.broadcast(scalars, mask)
-    if written is None:
-        if mask.device.type == "cpu":
-            _common.check_mask_values("response_mask", mask)
-        out = scalars.unsqueeze(-1) * mask
-    else:
-        out, bad = written
-        if bad and mask.dtype != torch.bool:
-            _common.raise_mask_values("response_mask")
+    the mask's 0/1 values checked as it is read (on the CPU)."""
+    with _common.errors_as(mask="response_mask"):
+        out = rlscan.masked_broadcast(scalars, mask)
     return out, out
 
 

@@ -5,6 +5,7 @@ docs/semantics.md for the equations and docs/api.md for the calls.
 """
 from . import reference
 from ._backend import get_backend, set_backend, use_backend
+from .broadcast import masked_broadcast
 from .ops import REGISTRY
 from .normalize import masked_normalize
 from .reinforce import reinforce_pp_returns
@@ -23,6 +24,7 @@ __all__ = [
     "masked_whiten",
     "masked_normalize",
     "reinforce_pp_returns",
+    "masked_broadcast",
     *(name for name in _OPS if name not in REGISTRY.names()),
     "get_backend",
     "set_backend",

@@ -128,21 +128,31 @@ def test_rows_check_the_masks_values(version, dtype):
 
 
 @pytest.mark.parametrize("x_dtype, mask_dtype", [(torch.float32, torch.int64), (torch.float32, torch.bool),
-                                                 (torch.float64, torch.float32)])
-def test_masked_whiten_rows_are_the_torch_form(version, x_dtype, mask_dtype):
-    """``rlscan.masked_whiten`` on the CPU: the row loops (each row's sums, the mask's values
-    checked on the way, then the result) give the torch form's values, for ``[B, T]`` rows and
-    for the last dimension of a 3-d tensor; a mask of other values is refused."""
-    x, _, m = responses(6, 41, seed=9, value_dtype=x_dtype, mask_dtype=mask_dtype, scattered=True)
-    for zero_skipped in (False, True):
-        for xs, ms in ((x, m), (x.view(2, 3, 41), m.view(2, 3, 41))):
-            got = rlscan.masked_whiten(xs, ms, zero_skipped=zero_skipped)
-            assert got.shape == xs.shape and got.dtype == x_dtype
-            assert_whitened(got, whiten._torch_form(xs, ms, True, 1e-8, zero_skipped))
+                                                 (torch.float32, torch.float64), (torch.float64, torch.int32),
+                                                 (torch.float32, torch.float32)])
+def test_masked_broadcast(version, x_dtype, mask_dtype):
+    """rlscan.masked_broadcast, a value per row over its mask (the outcome estimators'
+    advantages), in its row loop and in torch's product (rows not contiguous): the float64
+    product rounded to the product's dtype, and torch's bits, the sign of a zero and the NaN
+    of an infinite value times 0 included; a mask value other than 0 and 1 raises."""
+    _, _, m = responses(9, 33, seed=4, mask_dtype=mask_dtype)
+    x = torch.randn(9, dtype=x_dtype, generator=torch.Generator().manual_seed(0))
+    x[0] = float("inf")
+    want = x.unsqueeze(-1) * m
+    reference = (x.double().unsqueeze(-1) * m.double()).to(want.dtype)
+    assert bitwise_equal(want, reference)
+    for mask in (m, m.t().contiguous().t()):  # the row loop, then torch's product
+        assert bitwise_equal(rlscan.masked_broadcast(x, mask), want)
+    assert _cpu_rows.broadcast(x, m.t().contiguous().t()) is None
     if mask_dtype != torch.bool:
-        m[4, 7] = 3
-        with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
-            rlscan.masked_whiten(x, m)
+        m[2, 5] = 2
+        for mask in (m, m.t().contiguous().t()):
+            with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
+                rlscan.masked_broadcast(x, mask)
+    with pytest.raises(ValueError, match=r"mask must have the shape of values with one more dimension"):
+        rlscan.masked_broadcast(x[:-1], m)
+    with pytest.raises(TypeError, match="values must be a floating tensor"):
+        rlscan.masked_broadcast(x.long(), m)
 
 
 def test_whitening_statistics_resist_cancellation():

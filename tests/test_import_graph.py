@@ -178,11 +178,8 @@ def adapter_violations(graph: dict, public=None) -> list:
 #:   docs/errors.md lists and tests/test_arguments.py holds them to (numpy byte order, masked
 #:   arrays, nested tensors, shapes, devices); rllib forms target − behaviour before
 #:   rlscan.vtrace could check them.
-#: * rlscan._cpu_rows: verl's outcome estimators broadcast one score per response over its
-#:   tokens; the CPU row loop writes ``a_i · m_{i,t}`` and checks the mask in one pass, 4-19x
-#:   faster than torch's product and check on a [512, 4096] batch, and no public op computes it.
 KNOWN_PRIVATE = ("rlscan.adapters.rllib -> rlscan._call", "rlscan.adapters.verl -> rlscan._call",
-                 "rlscan.adapters.verl -> rlscan._cpu_rows", "rlscan.adapters.verl -> rlscan.ops._skip")
+                 "rlscan.adapters.verl -> rlscan.ops._skip")
 
 
 def test_adapters_use_the_public_api_only():

@@ -270,7 +270,8 @@ def test_bad_input():
         skyrl.compute_reinforce_plus_plus_outcome_advantage(r.long(), m, 0.99)
     for fn in (lambda k: skyrl.compute_gae_advantage_return(r, v, k, 0.99, 0.95),
                lambda k: skyrl.compute_reinforce_plus_plus_outcome_advantage(r, k, 0.99),
-               lambda k: skyrl.compute_reinforce_plus_plus_outcome_advantage(r, k, 0.99, skip_masked=True)):
+               lambda k: skyrl.compute_reinforce_plus_plus_outcome_advantage(r, k, 0.99, skip_masked=True),
+               lambda k: skyrl.compute_grpo_outcome_advantage(r, k, [0, 0, 1])):
         with pytest.raises(ValueError, match="response_mask must hold only 0 and 1"):
             fn(m * 0.5)
     with pytest.raises(ValueError, match="lambd must lie in"):
