@@ -169,6 +169,42 @@ def check_release(adapter: str, framework: str, version: str | None, low: tuple,
         raise ImportError(f"rlscan.adapters.{adapter} follows {framework} {spec}; the installed release is {version}")
 
 
+# ----------------------------------------------------------------------------- patch() and unpatch()
+
+
+class Patches:
+    """The places an adapter's ``patch()`` wrote (module attributes, registry entries, class
+    methods: any key), each with what it held before and rlscan's object put there. The
+    adapter reads and writes a place with its own ``get(place)`` and ``put(place, value)``."""
+
+    def __init__(self):
+        self._saved: dict = {}  # place -> (what it held before, rlscan's)
+
+    def __bool__(self) -> bool:
+        return bool(self._saved)
+
+    def apply(self, places, get, put) -> None:
+        """Write rlscan's object of each ``(place, ours)`` in ``places``, saving what the place
+        held; nothing while a patch is in effect (``patch()`` again changes no place)."""
+        if self._saved:
+            return
+        for place, ours in list(places):
+            self._saved[place] = (get(place), ours)
+            put(place, ours)
+
+    def restore(self, get, put) -> None:
+        """Put back what each place held, where rlscan's object is still there (one that
+        someone else has set since is left as theirs); then nothing is saved."""
+        for place, (original, ours) in self._saved.items():
+            if get(place) is ours:
+                put(place, original)
+        self._saved.clear()
+
+    def in_effect(self, get) -> bool:
+        """Whether a patch was applied and every place still holds rlscan's object."""
+        return bool(self._saved) and all(get(place) is ours for place, (_, ours) in self._saved.items())
+
+
 # ----------------------------------------------------------------------------- group labels
 
 

@@ -195,7 +195,7 @@ def compute_advantages(self, data: dict) -> dict:
 
 # ----------------------------------------------------------------------------- patching
 
-_saved: dict = {}  # (module, class, attribute) -> AReaL's function that patch() replaced
+_patches = _common.Patches()  # the places patch() wrote: (module, class, attribute)
 _OURS = {(_ACTOR, "PPOActor", "_compute_advantages"): compute_advantages,
          (_DATA, "Normalization", "__call__"): _normalization_call}
 
@@ -226,13 +226,10 @@ def patch(*, exact: bool = False) -> None:
     if not isinstance(exact, bool):
         raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
     check_release(_common.installed_version("areal"))
-    classes = {key: _class(*key[:2]) for key in _OURS}
+    for key in _OURS:
+        _class(*key[:2])
     _exact = exact
-    if _saved:
-        return
-    for key, fn in _OURS.items():
-        _saved[key] = classes[key].__dict__[key[2]]
-        setattr(classes[key], key[2], fn)
+    _patches.apply(_OURS.items(), _get, _put)
 
 
 def unpatch() -> None:
@@ -240,13 +237,19 @@ def unpatch() -> None:
     else has set since is left as theirs)."""
     global _exact
     _exact = False
-    for key, original in _saved.items():
-        cls = _class(*key[:2])
-        if cls.__dict__.get(key[2]) is _OURS[key]:
-            setattr(cls, key[2], original)
-    _saved.clear()
+    _patches.restore(_get, _put)
 
 
 def is_patched() -> bool:
     """Whether AReaL's actor and normalisation run rlscan's code now."""
-    return bool(_saved) and all(_class(*key[:2]).__dict__.get(key[2]) is fn for key, fn in _OURS.items())
+    return _patches.in_effect(_get)
+
+
+def _get(place):
+    module, name, attribute = place
+    return vars(_class(module, name)).get(attribute)
+
+
+def _put(place, value) -> None:
+    module, name, attribute = place
+    setattr(_class(module, name), attribute, value)

@@ -275,8 +275,7 @@ _ESTIMATORS = {
     "maxrl": ("compute_maxrl_advantage", compute_maxrl_advantage),
 }
 _ABSENT = object()  # a registry name that was not registered before patch()
-# (distribution, "registry" or "attr", name) -> (what patch() replaced, rlscan's function)
-_saved: dict = {}
+_patches = _common.Patches()  # the places patch() wrote: (distribution, "registry" or "attr", name)
 
 
 def check_release(distribution: str, version) -> None:
@@ -320,6 +319,12 @@ def _places(modules: dict):
                 yield (dist, "attr", attr), fn
 
 
+def _accessors(modules: dict):
+    """``(get, put)`` of a place ``(distribution, where, name)`` in ``modules``."""
+    return (lambda place: _get(modules[place[0]], *place[1:]),
+            lambda place, value: _put(modules[place[0]], *place[1:], value))
+
+
 def _get(module, where: str, name: str):
     if where == "attr":
         return getattr(module, name)
@@ -354,11 +359,7 @@ def patch(*, skip_masked: bool = False) -> None:
     _common.check_bool("skip_masked", skip_masked)
     modules = _modules()
     _skip_masked = skip_masked
-    if _saved:
-        return
-    for (dist, where, name), fn in list(_places(modules)):
-        _saved[(dist, where, name)] = (_get(modules[dist], where, name), fn)
-        _put(modules[dist], where, name, fn)
+    _patches.apply(_places(modules), *_accessors(modules))
 
 
 def unpatch() -> None:
@@ -366,18 +367,10 @@ def unpatch() -> None:
     before, unless someone else has replaced rlscan's function there since."""
     global _skip_masked
     _skip_masked = False
-    if not _saved:
-        return
-    modules = _modules()
-    for (dist, where, name), (original, fn) in _saved.items():
-        if _get(modules[dist], where, name) is fn:
-            _put(modules[dist], where, name, original)
-    _saved.clear()
+    if _patches:
+        _patches.restore(*_accessors(_modules()))
 
 
 def is_patched() -> bool:
     """Whether SkyRL hands out rlscan's estimators now, in its registry and ``ppo_utils``."""
-    if not _saved:
-        return False
-    modules = _modules()
-    return all(_get(modules[dist], where, name) is fn for (dist, where, name), (_, fn) in _saved.items())
+    return bool(_patches) and _patches.in_effect(_accessors(_modules())[0])

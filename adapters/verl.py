@@ -536,9 +536,9 @@ _ESTIMATORS = {
                                    compute_multi_turn_optimal_token_baseline_advantage),
 }
 _ABSENT = object()  # an attribute or registry entry that was not there before patch()
-# (where, name) -> (what patch() replaced, rlscan's function put there): where is "attr" for
-# core_algos' module functions and "registry" for ADV_ESTIMATOR_REGISTRY's entries
-_saved: dict = {}
+# the places patch() wrote, (where, name): where is "attr" for core_algos' module functions and
+# "registry" for ADV_ESTIMATOR_REGISTRY's entries
+_patches = _common.Patches()
 
 
 def _core_algos():
@@ -606,11 +606,7 @@ def patch(*, exact: bool = False) -> None:
     core_algos = _core_algos()
     check_release(_release(core_algos))
     _exact = exact
-    if _saved:
-        return
-    for place, fn in list(_places(core_algos)):
-        _saved[place] = (_get(core_algos, place), fn)
-        _put(core_algos, place, fn)
+    _patches.apply(_places(core_algos), functools.partial(_get, core_algos), functools.partial(_put, core_algos))
 
 
 def unpatch() -> None:
@@ -618,15 +614,11 @@ def unpatch() -> None:
     before, unless someone else has replaced rlscan's function there since."""
     global _exact
     _exact = False
-    if not _saved:
-        return
-    core_algos = _core_algos()
-    for place, (original, fn) in _saved.items():
-        if _get(core_algos, place) is fn:
-            _put(core_algos, place, original)
-    _saved.clear()
+    if _patches:
+        core_algos = _core_algos()
+        _patches.restore(functools.partial(_get, core_algos), functools.partial(_put, core_algos))
 
 
 def is_patched() -> bool:
     """Whether verl hands out rlscan's estimators now, in its registry and in ``core_algos``."""
-    return bool(_saved) and all(_get(_core_algos(), place) is fn for place, (_, fn) in _saved.items())
+    return bool(_patches) and _patches.in_effect(functools.partial(_get, _core_algos()))
