@@ -14,10 +14,11 @@ On the Triton path this is three kernels: one pass that reduces blocks of the te
 their count, mean and centred sum of squares, one program that merges them in float64
 (Chan et al.'s formula), and one pass that writes the result; the statistics stay on
 the device. On the CPU path, float32 and float64 values whose rows (the last dimension)
-are contiguous take two compiled loops (``rlscan._cpu_rows``): one reads the values and the
-mask in place and gathers each row's count and shifted sums in float64, checking the mask's
-values on the way, and one writes the result; other inputs, ``shift_mean=False`` and values
-that need gradients take torch operations.
+are contiguous take two compiled loops: one reads the values and the mask in place and
+gathers each row's count and shifted sums in float64, its additions reassociated into SIMD
+lanes, checking the mask's values on the way (:func:`kept_sums_rows_loop`), and one writes
+the result (``rlscan._cpu_rows.whiten``); other inputs, ``shift_mean=False`` and values that
+need gradients take torch operations.
 """
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ import math
 import numbers
 import warnings
 
+import numpy as np
 import torch
 
 from . import _backend, _cpu_rows
+from ._cpu import njit, prange
 from ._inputs import check_bool, check_device, check_float, check_shape, to_tensor, type_name
 from .ops._skip import MASK_DTYPES
 
@@ -81,7 +84,7 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
     if _backend.path_for(x.device.type, "values") == "cpu" and shift_mean and not (
             torch.is_grad_enabled() and x.requires_grad):
         # the CPU row loops: the sums in one pass that also checks the mask's values, then the result
-        rows = _cpu_rows.masked_whiten(x, m, eps, zero_skipped)
+        rows = _rows(x, m, eps, zero_skipped)
         if rows is not None:
             if rows[1]:
                 raise ValueError(MASK_VALUES)
@@ -125,6 +128,64 @@ def apply_whitening(x: torch.Tensor, sums: torch.Tensor, mask=None, out=None) ->
     out.copy_(y if mask is None else torch.where(mask != 0, y, 0))  # any strides
     _check_count(sums[0])
     return out
+
+
+@njit(reassociate=True)
+def kept_sums_rows_loop(x, mask, sums, bad):
+    """Each row's ``[count, Σ(x − c), Σ(x − c)², c]`` over its kept positions (``mask``
+    non-zero; ``c`` the row's first kept value, a shift against cancellation), in float64; a
+    skipped position's value is left out (a NaN there too). The sums are reassociated: the
+    compiler adds them in SIMD lanes, where a sum in the row's order waits on each addition.
+    ``bad[b]`` counts the row's mask values other than 0 and 1."""
+    B, T = x.shape
+    for b in prange(B):
+        c = 0.0
+        for t in range(T):
+            if mask[b, t] != 0:
+                c = np.float64(x[b, t])
+                break
+        n = 0.0
+        s = 0.0
+        q = 0.0
+        e = 0
+        for t in range(T):
+            k = mask[b, t]
+            kept = k != 0
+            e += kept & (k != 1)
+            d = np.float64(x[b, t]) - c if kept else 0.0
+            n += 1.0 if kept else 0.0
+            s += d
+            q += d * d
+        sums[b, 0] = n
+        sums[b, 1] = s
+        sums[b, 2] = q
+        sums[b, 3] = c
+        bad[b] = e
+
+
+def _rows(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool):
+    """``masked_whiten`` of CPU ``x`` (float32 or float64) as rows (its last dimension): one
+    loop gathers the rows' sums and counts the mask's values other than 0 and 1
+    (:func:`kept_sums_rows_loop`), one more writes the result into a fresh tensor
+    (``rlscan._cpu_rows.whiten``). ``(out, bad)``, or ``None`` where the rows are not read in
+    place (the torch form then runs)."""
+    if x.dim() == 0 or x.numel() == 0 or x.dtype not in (torch.float32, torch.float64) or mask.dtype not in \
+            _cpu_rows.MASK_DTYPES:
+        return None
+    rows = [t.view(-1, t.shape[-1]) if t.is_contiguous() else _cpu_rows.rows_of(t, -1) for t in (x, mask)]
+    if rows[0] is None or rows[1] is None:
+        return None
+    a_x, a_m = _cpu_rows.array(rows[0]), _cpu_rows.array(rows[1])
+    out = _cpu_rows.new_rows(rows[0], x.dtype)
+    sums = np.empty((a_x.shape[0], 4))
+    bad = np.zeros(a_x.shape[0], dtype=np.int64)
+    _cpu_rows.run(kept_sums_rows_loop, ("kept sums", _cpu_rows.signature(a_x, a_m)), (a_x.shape[0], a_x.size), a_x,
+                  a_m, sums, bad)
+    if bad.sum():
+        return out, int(bad.sum())
+    one = np.float64(1) if x.dtype == torch.float64 else np.float32(1)
+    _cpu_rows.whiten(a_x, sums, one, a_m if zero_skipped else None, out=out.numpy(), eps=eps)
+    return out.view(x.shape), 0
 
 
 def _holds_other_values(m: torch.Tensor) -> bool:
