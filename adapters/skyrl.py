@@ -25,8 +25,8 @@ its ``skyrl_entrypoint`` Ray task (docs/adapters/skyrl.md shows where).
   ``returns = A + V``; ``advantages = masked_whiten(A, m)``, whitened over the kept tokens
   and applied at every token.
 * ``reinforce++``: ``G_t = r_t + γ m_{t+1} G_{t+1}`` (``G_T = 0``): the return restarts
-  before every masked token (an episode end wherever the next token is masked: ``rlscan.gae``
-  with values 0 and ``λ = 1``). ``returns = G``, ``advantages = masked_whiten(G, m) · m``.
+  before every masked token (``rlscan.reinforce_pp_returns(..., reset_at_skipped=True)``).
+  ``returns = G``, ``advantages = masked_whiten(G, m) · m``.
 * ``grpo``, ``rloo``, ``maxrl``: each response's score ``s = Σ_t r_t``; over its group
   ``g`` (the responses with its ``index`` label), ``n_g`` responses, mean ``μ_g`` and
   unbiased std ``σ_g``; the advantage ``a`` is broadcast, ``a · m``, and returned twice:
@@ -127,20 +127,10 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     # SkyRL's running return is its product with the mask: float64 from a float64 mask
     wide = m.dtype == torch.float64 and r.dtype != torch.float64
     with torch.no_grad(), _common.errors_as(mask="response_mask"):
-        if _mode(skip_masked):
-            adv, ret = rlscan.reinforce_pp_returns(r, m, gamma=gamma, time_dim=-1,
-                                                   compute_dtype=torch.float64 if wide else None)
-        else:
-            # the episode ends at t where token t + 1 is masked (and at the last token); G is GAE's advantage
-            # with values 0 and λ = 1, every token a step (rlscan's loop over rows contiguous in time)
-            ends = torch.empty(r.shape, dtype=torch.bool, device=r.device)
-            torch.eq(m[:, 1:], 0, out=ends[:, :-1])
-            ends[:, -1:] = True
-            x = r.double() if wide else r
-            zeros = torch.zeros(1, r.shape[1], dtype=x.dtype, device=r.device).expand(r.shape)
-            ret = rlscan.gae(x, zeros, mask=_every_token(r), terminated=ends, gamma=gamma, lmbda=1.0,
-                             time_dim=-1).advantages.to(r.dtype)
-            adv = rlscan.masked_whiten(ret, m, zero_skipped=True)
+        # SkyRL's loop resets its running return after each masked token (reset_at_skipped)
+        adv, ret = rlscan.reinforce_pp_returns(r, m, gamma=gamma, time_dim=-1,
+                                               compute_dtype=torch.float64 if wide else None,
+                                               reset_at_skipped=not _mode(skip_masked))
     return adv.to(torch.result_type(ret, m)), ret  # SkyRL's product with the mask promotes
 
 

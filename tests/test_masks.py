@@ -128,6 +128,36 @@ def test_reinforce_pp_returns(path):
         rlscan.reinforce_pp_returns(r, m, gamma=0.9, compute_dtype=torch.float16)
 
 
+def test_reinforce_pp_returns_reset_at_skipped(path):
+    """The reset form (SkyRL's) against its docstring's equation in float64: every step has a
+    return, the running return reset after each skipped step; the CPU row loop, and the
+    general form (rows not contiguous in time, time first) alike; its arguments checked."""
+    g = torch.Generator().manual_seed(6)
+    r, m = torch.randn(5, T, generator=g), PATTERNS
+    running, steps = torch.zeros(5, dtype=torch.float64), []
+    for t in reversed(range(T)):
+        running = r[:, t].double() + 0.9 * running
+        steps.append(running)
+        running = running * m[:, t]
+    want = torch.stack(steps[::-1], 1)
+    want_adv = (masked_whiten_reference(want, m) * (m != 0)).float()
+    for rows, mask, time_dim in ((r, m, -1), (r.t().contiguous().t(), m, -1), (r.t().contiguous(), m.t(), 0)):
+        adv, ret = rlscan.reinforce_pp_returns(rows.to(path.device), mask.to(path.device), gamma=0.9, time_dim=time_dim,
+                                               reset_at_skipped=True)
+        if time_dim == 0:
+            adv, ret = adv.t(), ret.t()
+        torch.testing.assert_close(ret.cpu(), want.float(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(adv.cpu(), want_adv, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="not cu_seqlens"):
+        rlscan.reinforce_pp_returns(r.flatten(), None, gamma=0.9, cu_seqlens=torch.tensor([0, 5, 55]),
+                                    reset_at_skipped=True)
+    if path.device.type == "cpu":  # a GPU mask's values are not read twice
+        with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
+            rlscan.reinforce_pp_returns(r, m * 2, gamma=0.9, reset_at_skipped=True)
+    with pytest.raises(TypeError, match="reset_at_skipped must be a bool"):
+        rlscan.reinforce_pp_returns(r, m, gamma=0.9, reset_at_skipped=1)
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_one_step_rows(path, op):
     for m in (torch.ones(3, 1, dtype=torch.long), torch.tensor([[1], [0], [1]])):
