@@ -105,7 +105,7 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
         # every token a step, the value after the last 0: the mask of a row of ones, broadcast (read in
         # place, no copy), takes rlscan's loop over rows contiguous in time
         adv, ret = rlscan.gae(r, v, mask=_every_token(r), gamma=gamma, lmbda=lambd, time_dim=-1)
-        return rlscan.masked_whiten(adv, m), ret
+        return rlscan.masked_whiten(adv, m, out=adv), ret  # whitened in place: no third [B, T] tensor
 
 
 def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,

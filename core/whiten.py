@@ -39,7 +39,7 @@ MASK_VALUES = "mask must hold only 0 and 1 (1 where the position counts)"
 
 
 def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, zero_skipped: bool = False,
-                  group=None):
+                  group=None, out=None):
     """Standardise ``values`` with the mean and the Bessel-corrected variance of the
     positions where ``mask`` is 1 (over the whole tensor, or over every rank's with
     ``group``), applied to every position::
@@ -53,9 +53,13 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
         eps: added to the variance under the square root: a finite float >= 0.
         zero_skipped: set the positions where ``mask`` is 0 to 0 (REINFORCE++'s
             advantages, ``masked_whiten(G, m) · m``), in the same pass.
+        out: a tensor (a numpy array, for numpy ``values``) of ``values``' shape and dtype
+            on its device to write the result into; ``values`` itself whitens in place (on
+            the CPU the last pass writes there, with no fresh tensor). Not with autograd.
 
     Returns:
-        A tensor of ``values``' shape and dtype (computed in float32, or float64).
+        A tensor of ``values``' shape and dtype (computed in float32, or float64); ``out``
+        where given.
 
     Raises:
         ValueError: when fewer than two positions are kept (the variance is undefined;
@@ -76,34 +80,60 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
     eps = float(eps)
     if not 0.0 <= eps < math.inf:  # also false for NaN
         raise ValueError(f"eps must be a finite float >= 0, got {eps}")
+    target = None if out is None else _check_out(out, x)
     if group is not None:
-        return _across_ranks(x, m, shift_mean, eps, zero_skipped, group, numpy_io)
+        return _into(target, out, _across_ranks(x, m, shift_mean, eps, zero_skipped, group, numpy_io))
     if torch.compiler.is_compiling():  # traced as torch operations; the count is not checked (no data-dependent raise)
-        return _torch_form(x, m, shift_mean, eps, zero_skipped, check=False)
-    out = None
+        return _into(target, out, _torch_form(x, m, shift_mean, eps, zero_skipped, check=False))
+    result = None
     if _backend.path_for(x.device.type, "values") == "cpu" and shift_mean and not (
             torch.is_grad_enabled() and x.requires_grad):
         # the CPU row loops: the sums in one pass that also checks the mask's values, then the result
-        rows = _rows(x, m, eps, zero_skipped)
+        rows = _rows(x, m, eps, zero_skipped, target)
         if rows is not None:
             if rows[1]:
                 raise ValueError(MASK_VALUES)
-            out = rows[0]
-    if out is None and m.device.type == "cpu" and _holds_other_values(m):
+            result = rows[0]
+    if result is None and m.device.type == "cpu" and _holds_other_values(m):
         raise ValueError(MASK_VALUES)
-    if (out is None and _backend.path_for(x.device.type, "values") == "triton" and x.is_contiguous()
+    if (result is None and _backend.path_for(x.device.type, "values") == "triton" and x.is_contiguous()
             and m.is_contiguous() and x.numel()):
         try:
             from ._triton import whiten as kernels
 
-            out = kernels.masked_whiten(x, m, shift_mean, eps, _check_count, zero_skipped)
+            result = kernels.masked_whiten(x, m, shift_mean, eps, _check_count, zero_skipped)
         except ValueError:
             raise
         except Exception as error:  # a compiler or launcher failure: the torch form is as correct
             _warn_once(error)
-    if out is None:
-        out = _torch_form(x, m, shift_mean, eps, zero_skipped)
-    return out.numpy() if numpy_io else out
+    if result is None:
+        result = _torch_form(x, m, shift_mean, eps, zero_skipped)
+    if target is not None:
+        return _into(target, out, result)
+    return result.numpy() if numpy_io else result
+
+
+def _check_out(out, x: torch.Tensor) -> torch.Tensor:
+    """``out`` as a tensor, checked against ``values``."""
+    target, _ = to_tensor("out", out)
+    if target.dtype != x.dtype:
+        raise TypeError(f"out must have the dtype of values, {x.dtype}, got {target.dtype}")
+    check_device("out", target, x.device, "values")
+    check_shape("out", target, x.shape, "values")
+    if torch.is_grad_enabled() and (x.requires_grad or target.requires_grad):
+        raise ValueError("out= takes no part in autograd: call masked_whiten without out, or under torch.no_grad()")
+    return target
+
+
+def _into(target, out, result):
+    """``out`` (as the caller passed it) holding ``result``, unless it holds it already."""
+    if target is None:
+        return result
+    if isinstance(result, np.ndarray):
+        result = torch.from_numpy(result)
+    if result.data_ptr() != target.data_ptr() or result.stride() != target.stride():
+        target.copy_(result)
+    return out
 
 
 def apply_whitening(x: torch.Tensor, sums: torch.Tensor, mask=None, out=None) -> torch.Tensor:
@@ -163,10 +193,11 @@ def kept_sums_rows_loop(x, mask, sums, bad):
         bad[b] = e
 
 
-def _rows(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool):
+def _rows(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool, target=None):
     """``masked_whiten`` of CPU ``x`` (float32 or float64) as rows (its last dimension): one
     loop gathers the rows' sums and counts the mask's values other than 0 and 1
-    (:func:`kept_sums_rows_loop`), one more writes the result into a fresh tensor
+    (:func:`kept_sums_rows_loop`), one more writes the result into ``target`` where its rows
+    are contiguous as well (``x`` itself too), else into a fresh tensor
     (``rlscan._cpu_rows.whiten``). ``(out, bad)``, or ``None`` where the rows are not read in
     place (the torch form then runs)."""
     if x.dim() == 0 or x.numel() == 0 or x.dtype not in (torch.float32, torch.float64) or mask.dtype not in \
@@ -176,7 +207,11 @@ def _rows(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool):
     if rows[0] is None or rows[1] is None:
         return None
     a_x, a_m = _cpu_rows.array(rows[0]), _cpu_rows.array(rows[1])
-    out = _cpu_rows.new_rows(rows[0], x.dtype)
+    out = None
+    if target is not None:
+        out = target.view(-1, target.shape[-1]) if target.is_contiguous() else _cpu_rows.rows_of(target, -1)
+    if out is None:
+        out = _cpu_rows.new_rows(rows[0], x.dtype)
     sums = np.empty((a_x.shape[0], 4))
     bad = np.zeros(a_x.shape[0], dtype=np.int64)
     _cpu_rows.run(kept_sums_rows_loop, ("kept sums", _cpu_rows.signature(a_x, a_m)), (a_x.shape[0], a_x.size), a_x,
@@ -184,8 +219,8 @@ def _rows(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool):
     if bad.sum():
         return out, int(bad.sum())
     one = np.float64(1) if x.dtype == torch.float64 else np.float32(1)
-    _cpu_rows.whiten(a_x, sums, one, a_m if zero_skipped else None, out=out.numpy(), eps=eps)
-    return out.view(x.shape), 0
+    _cpu_rows.whiten(a_x, sums, one, a_m if zero_skipped else None, out=_cpu_rows.array(out), eps=eps)
+    return out.view(x.shape) if out.is_contiguous() else out, 0
 
 
 def _holds_other_values(m: torch.Tensor) -> bool:

@@ -128,6 +128,33 @@ def test_rows_check_the_masks_values(version, dtype):
 
 
 @pytest.mark.parametrize("x_dtype, mask_dtype", [(torch.float32, torch.int64), (torch.float32, torch.bool),
+                                                 (torch.float64, torch.float32)])
+def test_masked_whiten_rows_are_the_torch_form(version, x_dtype, mask_dtype):
+    """``rlscan.masked_whiten`` on the CPU: the row loops (each row's sums, the mask's values
+    checked on the way, then the result) give the torch form's values, for ``[B, T]`` rows and
+    for the last dimension of a 3-d tensor, into a fresh tensor, into ``out`` (rows contiguous,
+    or not: a copy) and in place; a mask of other values is refused."""
+    x, _, m = responses(6, 41, seed=9, value_dtype=x_dtype, mask_dtype=mask_dtype, scattered=True)
+    for zero_skipped in (False, True):
+        for xs, ms in ((x, m), (x.view(2, 3, 41), m.view(2, 3, 41))):
+            want = whiten._torch_form(xs, ms, True, 1e-8, zero_skipped)
+            got = rlscan.masked_whiten(xs, ms, zero_skipped=zero_skipped)
+            assert got.shape == xs.shape and got.dtype == x_dtype
+            assert_whitened(got, want)
+            in_place = xs.clone()
+            for values, out in ((xs, torch.empty_like(xs)), (in_place, in_place),
+                                (xs, torch.empty_like(xs.transpose(0, -1)).transpose(0, -1))):
+                assert rlscan.masked_whiten(values, ms, zero_skipped=zero_skipped, out=out) is out
+                assert bitwise_equal(out, got)
+    with pytest.raises(TypeError, match="out must have the dtype of values"):
+        rlscan.masked_whiten(x, m, out=torch.empty(x.shape, dtype=torch.float16))
+    if mask_dtype != torch.bool:
+        m[4, 7] = 3
+        with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
+            rlscan.masked_whiten(x, m)
+
+
+@pytest.mark.parametrize("x_dtype, mask_dtype", [(torch.float32, torch.int64), (torch.float32, torch.bool),
                                                  (torch.float32, torch.float64), (torch.float64, torch.int32),
                                                  (torch.float32, torch.float32)])
 def test_masked_broadcast(version, x_dtype, mask_dtype):
@@ -164,21 +191,3 @@ def test_whitening_statistics_resist_cancellation():
     assert n == 1800
     assert abs(mean - float(x.mean())) < 1e-9
     assert abs(var / float(x.var()) - 1) < 1e-9
-
-
-@pytest.mark.parametrize("x_dtype, mask_dtype", [(torch.float32, torch.int64), (torch.float32, torch.bool),
-                                                 (torch.float32, torch.float64), (torch.float64, torch.int32),
-                                                 (torch.float32, torch.float32)])
-def test_broadcast_is_torchs_product_bit_for_bit(version, x_dtype, mask_dtype):
-    """A value per row over its mask (the outcome estimators' advantages): the product's
-    dtype and bits, the sign of a zero included."""
-    _, _, m = responses(9, 33, seed=4, mask_dtype=mask_dtype)
-    x = torch.randn(9, dtype=x_dtype, generator=torch.Generator().manual_seed(0))
-    x[0] = float("inf")
-    got, bad = _cpu_rows.broadcast(x, m)
-    want = x.unsqueeze(-1) * m
-    assert got.dtype == want.dtype and bitwise_equal(got, want) and bad == 0
-    assert _cpu_rows.broadcast(x, m.t().contiguous().t()) is None  # rows not contiguous: torch's product
-    if mask_dtype != torch.bool:
-        m[2, 5], m[7, 0] = 2, 3
-        assert _cpu_rows.broadcast(x, m)[1] == 2  # the mask's values other than 0 and 1, counted
