@@ -143,34 +143,6 @@ def whiten_rows_loop(x, mask, mean, scale, zero_skipped, out):
             out[b, t] = y
 
 
-@njit
-def whiten_sums_rows_loop(x, mask, sums, bad):
-    """Each row's ``[count, Σ(x − c), Σ(x − c)², c]`` over its kept positions (``mask``
-    non-zero; ``c`` the row's first kept value), summed in float64, as the scans gather them;
-    ``bad[b]`` counts the row's mask values other than 0 and 1, read on the way."""
-    B, T = x.shape
-    for b in prange(B):
-        n = 0.0
-        s = 0.0
-        q = 0.0
-        c = 0.0
-        e = 0
-        for t in range(T):
-            k = mask[b, t]
-            if k != 0:
-                if k != 1:
-                    e += 1
-                y = np.float64(x[b, t])
-                if n == 0.0:
-                    c = y
-                d = y - c
-                n += 1.0
-                s += d
-                q += d * d
-        row_sums(sums, b, n, s, q, c)
-        bad[b] = e
-
-
 def statistics(sums: np.ndarray) -> tuple:
     """``(n, μ, σ²)`` of the batch from each row's ``[count, Σ(x − c), Σ(x − c)², c]``."""
     n_b, s_b, q_b, c_b = sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3]
@@ -197,28 +169,6 @@ def whiten(x: np.ndarray, sums: np.ndarray, one, mask=None, out=None, eps: float
     zero_skipped = mask is not None
     run(whiten_rows_loop, ("whiten", signature(x, mask, target), zero_skipped), (x.shape[0], x.size), x,
         mask if zero_skipped else x, mean, scale, zero_skipped, target)
-
-
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool):
-    """:func:`rlscan.masked_whiten` of CPU ``x`` (float32 or float64) as rows (its last
-    dimension): one loop gathers the rows' sums and counts the mask's values other than 0
-    and 1, one more writes the result into a fresh tensor. ``(out, bad)``, or ``None`` where
-    the rows are not read in place (the torch form then runs)."""
-    if x.dim() == 0 or x.numel() == 0 or x.dtype not in (torch.float32, torch.float64) or mask.dtype not in MASK_DTYPES:
-        return None
-    rows = [t.view(-1, t.shape[-1]) if t.is_contiguous() else rows_of(t, -1) for t in (x, mask)]
-    if rows[0] is None or rows[1] is None:
-        return None
-    a_x, a_m = array(rows[0]), array(rows[1])
-    out = new_rows(rows[0], x.dtype)
-    sums = np.empty((a_x.shape[0], 4))
-    bad = np.zeros(a_x.shape[0], dtype=np.int64)
-    run(whiten_sums_rows_loop, ("whiten sums", signature(a_x, a_m)), (a_x.shape[0], a_x.size), a_x, a_m, sums, bad)
-    if bad.sum():
-        return out, int(bad.sum())
-    one = np.float64(1) if x.dtype == torch.float64 else np.float32(1)
-    whiten(a_x, sums, one, a_m if zero_skipped else None, out=out.numpy(), eps=eps)
-    return out.view(x.shape), 0
 
 
 # ----------------------------------------------------------------------------- a value per row
