@@ -15,7 +15,6 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import _cpu_rows
 from ._call import Call
 from ._cpu import njit, prange
 from ._cpu_rows import ROWS_AT_ONCE, load_value, row_sums, step_helper
@@ -91,7 +90,9 @@ def _reset(rewards, mask, gamma: float, time_dim: int, exact: bool, compute_dtyp
     # the CPU row loop checks the mask's values as it reads them
     mask = _skip.check_mask(call, "reinforce_plus_plus", mask, None, None, values=not on_rows)
     if on_rows:
-        done = _reset_rows(call, mask, gamma, compute)
+        from .ops.discounted_returns.kept_returns import rows_then_whitened
+
+        done = rows_then_whitened(call, mask, gamma, compute, reset_returns_rows_loop)
         if done is not None:
             return done
         _skip.check_mask_values(call, mask)
@@ -110,35 +111,6 @@ def _reset(rewards, mask, gamma: float, time_dim: int, exact: bool, compute_dtyp
             call.batch_shape), terminated=ends, gamma=gamma, lmbda=1.0, time_dim=td, exact=exact).advantages
         returns = returns.to(call.anchor.dtype)
         return masked_whiten(returns, mask, zero_skipped=True), returns
-
-
-def _reset_rows(call: Call, mask, gamma: float, compute: torch.dtype) -> Optional[tuple]:
-    """The CPU row loop with the sums, then the whitening; ``None`` where it does not apply
-    (rows not contiguous in time, dtypes the row loops do not read). Raises ``ValueError``
-    where the mask holds values other than 0 and 1 (the loop counts them)."""
-    from .ops import _skip
-
-    if not _cpu_rows.readable((call.anchor,), (mask,)) or call.anchor.dtype not in (torch.float32, torch.float64):
-        return None
-    r, m = _cpu_rows.rows_of(call.anchor, call.time_dim), _cpu_rows.rows_of(mask, call.time_dim)
-    if r is None or m is None:
-        return None
-    returns = _cpu_rows.new_rows(r, call.anchor.dtype)
-    advantages = _cpu_rows.new_rows(r, call.anchor.dtype)
-    a_r, a_m, a_ret, a_adv = (_cpu_rows.array(x) for x in (r, m, returns, advantages))
-    one = (np.float64 if compute == torch.float64 else np.float32)(1)
-    sums = np.empty((r.shape[0], 4))
-    bad = np.zeros(r.shape[0], dtype=np.int64)
-    key = ("reset_returns_rows", _cpu_rows.signature(a_r, a_m, a_ret), compute)
-    groups = -(-r.shape[0] // ROWS_AT_ONCE)
-    _cpu_rows.run(reset_returns_rows_loop, key, (groups, r.numel()), a_r, a_m, type(one)(gamma), one, a_ret, sums,
-                  bad)
-    _skip.check_counted_values(call, mask, bad)
-    # the advantages in the returns' dtype, as masked_whiten computes them
-    _cpu_rows.whiten(a_ret, sums, a_ret.dtype.type(1), mask=a_m, out=a_adv)
-    if call.time_dim not in (1, -1):
-        returns, advantages = returns.t(), advantages.t()
-    return advantages, returns
 
 
 @step_helper

@@ -90,11 +90,19 @@ def returns_and_advantages(rewards, mask, gamma: float, *, cu_seqlens=None, time
 
 
 def _rows(call: Call, mask, gamma: float, compute: torch.dtype) -> Optional[tuple]:
-    """The CPU row loop with the sums, then the whitening; ``None`` where it does not apply
-    (rows not contiguous in time, dtypes the row loops do not read). Raises ``ValueError``
-    where the mask holds values other than 0 and 1 (the loop counts them)."""
-    from ... import _cpu_rows
+    """The CPU row loop with the sums, then the whitening (:func:`rows_then_whitened`)."""
     from .cpu import kept_returns_rows_loop
+
+    return rows_then_whitened(call, mask, gamma, compute, kept_returns_rows_loop)
+
+
+def rows_then_whitened(call: Call, mask, gamma: float, compute: torch.dtype, loop) -> Optional[tuple]:
+    """``(advantages, returns)`` from a row loop of a return form (``loop(r, mask, gamma, one,
+    out, sums, bad)``: the returns written and each row's whitening sums gathered), then the
+    whitening pass; ``None`` where it does not apply (rows not contiguous in time, dtypes the
+    row loops do not read). Raises ``ValueError`` where the mask holds values other than 0
+    and 1 (the loop counts them)."""
+    from ... import _cpu_rows
 
     if not _cpu_rows.readable((call.anchor,), (mask,)) or call.anchor.dtype not in (torch.float32, torch.float64):
         return None
@@ -107,9 +115,9 @@ def _rows(call: Call, mask, gamma: float, compute: torch.dtype) -> Optional[tupl
     one = (np.float64 if compute == torch.float64 else np.float32)(1)
     sums = np.empty((r.shape[0], 4))
     bad = np.zeros(r.shape[0], dtype=np.int64)
-    key = ("kept_returns_rows", _cpu_rows.signature(a_r, a_m, a_ret), compute)
+    key = (loop.__name__, _cpu_rows.signature(a_r, a_m, a_ret), compute)
     groups = -(-r.shape[0] // _cpu_rows.ROWS_AT_ONCE)
-    _cpu_rows.run(kept_returns_rows_loop, key, (groups, r.numel()), a_r, a_m, type(one)(gamma), one, a_ret, sums, bad)
+    _cpu_rows.run(loop, key, (groups, r.numel()), a_r, a_m, type(one)(gamma), one, a_ret, sums, bad)
     _skip.check_counted_values(call, mask, bad)
     # the advantages in the returns' dtype, as masked_whiten computes them
     _cpu_rows.whiten(a_ret, sums, a_ret.dtype.type(1), mask=a_m, out=a_adv)
