@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from . import _cpu_rows
-from ._inputs import check_device, check_float, to_tensor
-from .ops._skip import MASK_DTYPES, raise_mask_values
+from ._inputs import check_float, to_tensor
+from .ops._skip import mask_tensor, raise_mask_values
 
 
 def masked_broadcast(values, mask):
@@ -40,10 +40,7 @@ def masked_broadcast(values, mask):
     """
     x, numpy_io = to_tensor("values", values)
     check_float("values", x)
-    m, _ = to_tensor("mask", mask)
-    check_device("mask", m, x.device, "values")
-    if m.dtype not in MASK_DTYPES:
-        raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values, got {m.dtype}")
+    m = mask_tensor(mask, x.device, "values")
     if m.dim() != x.dim() + 1 or m.shape[:-1] != x.shape:
         raise ValueError(f"mask must have the shape of values with one more dimension, {tuple(x.shape)} + (T,), "
                          f"got {tuple(m.shape)}")

@@ -32,7 +32,7 @@ import torch
 from . import _backend, _cpu_rows
 from ._cpu import njit, prange
 from ._inputs import check_bool, check_device, check_float, check_shape, to_tensor, type_name
-from .ops._skip import MASK_DTYPES
+from .ops._skip import mask_tensor
 
 _warned = []
 MASK_VALUES = "mask must hold only 0 and 1 (1 where the position counts)"
@@ -68,10 +68,7 @@ def masked_whiten(values, mask, *, shift_mean: bool = True, eps: float = 1e-8, z
     """
     x, numpy_io = to_tensor("values", values)
     check_float("values", x)
-    m, _ = to_tensor("mask", mask)
-    check_device("mask", m, x.device, "values")
-    if m.dtype not in MASK_DTYPES:
-        raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values, got {m.dtype}")
+    m = mask_tensor(mask, x.device, "values")
     check_shape("mask", m, x.shape, "values")
     shift_mean = check_bool("shift_mean", shift_mean)
     zero_skipped = check_bool("zero_skipped", zero_skipped)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..._call import Call, _compiling, trusted_call
-from ..._inputs import check_shape
+from ..._inputs import check_device, check_shape, to_tensor
 from ..._library import register_fused
 from ..._spec import Kernel, OpSpec, Ref
 from .. import _forms
@@ -47,6 +47,16 @@ def check_mask(call: Call, name: str, mask, next_values, truncated, values: bool
     if values:
         check_mask_values(call, x, argument)
     return x
+
+
+def mask_tensor(mask, device: torch.device, like: str) -> torch.Tensor:
+    """``mask`` (a tensor or a numpy array) as a tensor on ``device`` (``like``'s, the argument
+    it goes with) of a dtype a mask may have; its shape and values are the caller's to check."""
+    m, _ = to_tensor("mask", mask)
+    check_device("mask", m, device, like)
+    if m.dtype not in MASK_DTYPES:
+        raise TypeError(f"mask must be a bool, integer or floating tensor of 0/1 values, got {m.dtype}")
+    return m
 
 
 def check_mask_values(call: Call, x: torch.Tensor, argument: str = "mask") -> None:
