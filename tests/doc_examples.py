@@ -341,6 +341,7 @@ GPU_RUNS = (
 COMMAND_FRAMEWORKS = (
     (r"python tools/rllib_timing\.py.*", ("ray", "gymnasium")),
     (r"python tools/verl_timing\.py.*", ("verl",)),
+    (r"python tools/verl_v1_keys_timing\.py.*", ("verl",)),
     (r"python tools/openrlhf_timing\.py.*", ("openrlhf",)),
     (r"python tools/skyrl_cpu_timing\.py.*", ("skyrl",)),
     (r"python tools/areal_cpu_timing\.py.*", ("areal",)),
