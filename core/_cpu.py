@@ -30,8 +30,10 @@ itself.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import os
 import sys
 import threading
 import time
@@ -119,7 +121,54 @@ class _Loop:
             fn = _renamed(fn, f"w{width}", grid=_fixed_grid(width))
         if parallel:
             fn = _renamed(fn, "parallel")
-        return _njit(cache=True, nogil=True, parallel=parallel, fastmath=self.fastmath)(fn)
+        return cached_njit(fn, nogil=True, parallel=parallel, fastmath=self.fastmath)
+
+
+def cached_njit(fn, **options):
+    """``numba.njit(cache=True, **options)(fn)``, its on-disk cache's writes serialized across
+    processes (:func:`serialize_saves`)."""
+    return serialize_saves(_njit(cache=True, **options)(fn))
+
+
+def serialize_saves(dispatcher):
+    """``dispatcher`` with its on-disk cache's saves made one at a time across processes, under
+    an exclusive lock on a file in the cache's folder. numba names a new entry's data file by
+    the first number free in the index as it read it: two processes compiling different
+    versions at once (the ranks of a job on one machine, test workers) took the same number,
+    and one version's index entry then pointed at the other's code, which crashed the process
+    that loaded it. Where the lock cannot be taken (no ``fcntl``, a folder not writable) the
+    save runs as numba's own."""
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if cache_file is None or getattr(cache_file.save, "serialized", False):
+        return dispatcher
+    save = cache_file.save
+
+    def serialized_save(key, data):
+        with _cache_lock(cache_file._cache_path):
+            save(key, data)
+
+    serialized_save.serialized = True
+    cache_file.save = serialized_save
+    return dispatcher
+
+
+@contextlib.contextmanager
+def _cache_lock(folder: str):
+    """An exclusive lock on ``folder``'s ``rlscan-numba.lock`` for the time of the block (none
+    where it cannot be taken)."""
+    try:
+        import fcntl
+
+        os.makedirs(folder, exist_ok=True)
+        handle = open(os.path.join(folder, "rlscan-numba.lock"), "a")
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # closing releases the lock
 
 
 def _renamed(fn, suffix: str, **names):
@@ -155,7 +204,7 @@ def _fixed_grid(width: int):
 
 def _step_helper(fn):
     """A function the loops call at every element: compiled by numba and inlined into them."""
-    return _njit(inline="always", nogil=True, cache=True)(fn) if HAVE_NUMBA else fn
+    return cached_njit(fn, inline="always", nogil=True) if HAVE_NUMBA else fn
 
 
 @_step_helper

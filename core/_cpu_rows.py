@@ -349,9 +349,7 @@ def _group_sums(x, mask, has_mask, lo, size):
 
 
 if _cpu.HAVE_NUMBA:
-    from numba import njit as _numba_njit
-
-    _group_sums = _numba_njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})(_group_sums)
+    _group_sums = _cpu.cached_njit(_group_sums, nogil=True, fastmath={"reassoc", "contract"})
 
 
 @njit

@@ -376,3 +376,54 @@ def test_every_loop_has_a_prange():
     loops += [x for x in vars(_cpu_rows).values() if isinstance(x, _cpu._Loop)]
     assert len(loops) >= 18
     assert [x.__name__ for x in loops if "prange" not in x.py_func.__code__.co_names] == []
+
+
+def test_cache_saves_of_two_processes_take_turns(tmp_path):
+    """Two compiles saving new versions into one on-disk cache at once (two processes: here two
+    threads, each with its own open lock file, which ``flock`` treats alike): the second save
+    waits for the first, so each version's index entry names a data file of its own. Without
+    the lock both read the same index and took the same file (a crash on the next load)."""
+    import threading
+
+    from numba.core.caching import IndexDataCacheFile
+
+    def cache_file():
+        f = IndexDataCacheFile(str(tmp_path), "loop", source_stamp=(0.0, 0))
+        return _cpu.serialize_saves(type("D", (), {"_cache": type("C", (), {"_cache_file": f})()})()) \
+            ._cache._cache_file
+
+    first, second = cache_file(), cache_file()
+    read, resume = threading.Event(), threading.Event()
+    load_index = first._load_index
+
+    def slow_load_index():  # the first save reads the index, then waits: the window the race needs
+        index = load_index()
+        read.set()
+        resume.wait(10)
+        return index
+
+    first._load_index = slow_load_index
+    one = threading.Thread(target=first.save, args=("key one", "code one"))
+    one.start()
+    assert read.wait(10)
+    two = threading.Thread(target=second.save, args=("key two", "code two"))
+    two.start()
+    two.join(0.5)
+    assert two.is_alive(), "the second save ran while the first held the index"
+    resume.set()
+    one.join(10)
+    two.join(10)
+    index = IndexDataCacheFile(str(tmp_path), "loop", source_stamp=(0.0, 0))
+    assert index.load("key one") == "code one" and index.load("key two") == "code two"
+
+
+def test_the_loops_save_their_cache_in_turns():
+    """Every dispatcher with an on-disk cache that the CPU path makes saves through the lock."""
+    @_cpu.njit
+    def loop(x, out):
+        for i in prange(x.shape[0]):
+            out[i] = x[i]
+
+    compiled = loop.version(None, parallel=False)
+    assert compiled._cache._cache_file.save.serialized
+    assert _cpu._step_helper(lambda x: x)._cache._cache_file.save.serialized
