@@ -165,7 +165,10 @@ def _cache_lock(folder: str):
         yield
         return
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (some network mounts): numba's own save
+            pass
         yield
     finally:
         handle.close()  # closing releases the lock

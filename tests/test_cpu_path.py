@@ -384,13 +384,14 @@ def test_cache_saves_of_two_processes_take_turns(tmp_path):
     waits for the first, so each version's index entry names a data file of its own. Without
     the lock both read the same index and took the same file (a crash on the next load)."""
     import threading
+    from types import SimpleNamespace
 
     from numba.core.caching import IndexDataCacheFile
 
-    def cache_file():
-        f = IndexDataCacheFile(str(tmp_path), "loop", source_stamp=(0.0, 0))
-        return _cpu.serialize_saves(type("D", (), {"_cache": type("C", (), {"_cache_file": f})()})()) \
-            ._cache._cache_file
+    def cache_file():  # a dispatcher's cache file, through rlscan's wrapper
+        dispatcher = SimpleNamespace(_cache=SimpleNamespace(
+            _cache_file=IndexDataCacheFile(str(tmp_path), "loop", source_stamp=(0.0, 0))))
+        return _cpu.serialize_saves(dispatcher)._cache._cache_file
 
     first, second = cache_file(), cache_file()
     read, resume = threading.Event(), threading.Event()
