@@ -200,13 +200,11 @@ def _rows(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool, t
     if x.dim() == 0 or x.numel() == 0 or x.dtype not in (torch.float32, torch.float64) or mask.dtype not in \
             _cpu_rows.MASK_DTYPES:
         return None
-    rows = [t.view(-1, t.shape[-1]) if t.is_contiguous() else _cpu_rows.rows_of(t, -1) for t in (x, mask)]
+    rows = [_last_dim_rows(t) for t in (x, mask)]
     if rows[0] is None or rows[1] is None:
         return None
     a_x, a_m = _cpu_rows.array(rows[0]), _cpu_rows.array(rows[1])
-    out = None
-    if target is not None:
-        out = target.view(-1, target.shape[-1]) if target.is_contiguous() else _cpu_rows.rows_of(target, -1)
+    out = None if target is None else _last_dim_rows(target)
     if out is None:
         out = _cpu_rows.new_rows(rows[0], x.dtype)
     sums = np.empty((a_x.shape[0], 4))
@@ -218,6 +216,11 @@ def _rows(x: torch.Tensor, mask: torch.Tensor, eps: float, zero_skipped: bool, t
     one = np.float64(1) if x.dtype == torch.float64 else np.float32(1)
     _cpu_rows.whiten(a_x, sums, one, a_m if zero_skipped else None, out=_cpu_rows.array(out), eps=eps)
     return out.view(x.shape) if out.is_contiguous() else out, 0
+
+
+def _last_dim_rows(t: torch.Tensor):
+    """``t`` as ``[B, T]`` rows along its last dimension read in place (a view), or ``None``."""
+    return t.view(-1, t.shape[-1]) if t.is_contiguous() else _cpu_rows.rows_of(t, -1)
 
 
 def _holds_other_values(m: torch.Tensor) -> bool:
